@@ -1,0 +1,86 @@
+"""An approval request: one proposed write call waiting for a person to decide."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tools import canonical_json
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"  # the run was cancelled before anyone decided
+
+
+def binding_hash(tool: str, args: dict[str, Any], requester: str, policy_version: str) -> str:
+    """What an approval covers: this tool, exactly these arguments, this requester and policy."""
+    material = canonical_json([tool, args, requester, policy_version])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+@dataclass
+class ApprovalRequest:
+    id: str
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    requester: str
+    team_id: str
+    channel_id: str
+    policy_version: str
+    binding: str
+    created_at: float
+    expires_at: float
+    status: ApprovalStatus = ApprovalStatus.PENDING
+    decided_by: str = ""
+    decided_at: float = 0.0
+    reason: str = ""
+    # Where the surface showed the card (e.g. Slack channel and ts), so it can be updated later.
+    cards: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def decided(self) -> bool:
+        return self.status != ApprovalStatus.PENDING
+
+    def covers(self, tool: str, args: dict[str, Any], requester: str) -> bool:
+        return self.binding == binding_hash(tool, args, requester, self.policy_version)
+
+    def to_hash(self) -> dict[str, str]:
+        data = asdict(self)
+        out: dict[str, str] = {}
+        for key, value in data.items():
+            if key in ("args", "cards"):
+                out[key] = canonical_json(value)
+            else:
+                out[key] = str(value)
+        return out
+
+    @classmethod
+    def from_hash(cls, data: dict[str, str]) -> ApprovalRequest:
+        return cls(
+            id=data["id"],
+            run_id=data["run_id"],
+            call_id=data["call_id"],
+            tool=data["tool"],
+            args=json.loads(data["args"]),
+            requester=data["requester"],
+            team_id=data.get("team_id", ""),
+            channel_id=data.get("channel_id", ""),
+            policy_version=data["policy_version"],
+            binding=data["binding"],
+            created_at=float(data["created_at"]),
+            expires_at=float(data["expires_at"]),
+            status=ApprovalStatus(data["status"]),
+            decided_by=data.get("decided_by", ""),
+            decided_at=float(data.get("decided_at") or 0.0),
+            reason=data.get("reason", ""),
+            cards=json.loads(data.get("cards") or "[]"),
+        )

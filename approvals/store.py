@@ -1,0 +1,165 @@
+"""Approval requests in Redis: creation, atomic decisions, expiry, withdrawal."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from approvals.request import ApprovalRequest, ApprovalStatus, binding_hash
+
+# Wake a run: (re)score it in the due set with a strictly increasing millisecond stamp, so a
+# worker that read an older score knows it must look again before it lets the run rest.
+WAKE_LUA = """
+local function wake(due, member)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local cur = redis.call('ZSCORE', due, member)
+  if cur and tonumber(cur) >= now then now = tonumber(cur) + 1 end
+  redis.call('ZADD', due, now, member)
+end
+"""
+
+# KEYS: approval hash, pending index, due set.  ARGV: status, decider, reason, run_id, id.
+# Of concurrent decisions exactly one finds the request pending; the rest get the winner back.
+_DECIDE = (
+    WAKE_LUA
+    + """
+local fields = redis.call('HMGET', KEYS[1], 'status', 'expires_at')
+if not fields[1] then return {'missing'} end
+if fields[1] ~= 'pending' then return {'decided'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local status, decider, reason = ARGV[1], ARGV[2], ARGV[3]
+if (status == 'approved' or status == 'rejected') and now >= tonumber(fields[2]) then
+  status, decider, reason = 'expired', '', 'nobody decided before it expired'
+end
+redis.call('HSET', KEYS[1], 'status', status, 'decided_by', decider,
+           'decided_at', tostring(now), 'reason', reason)
+redis.call('ZREM', KEYS[2], ARGV[5])
+wake(KEYS[3], ARGV[4])
+return {'ok', status}
+"""
+)
+
+
+class ApprovalNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one attempt to decide: `won` is true for exactly one attempt per request."""
+
+    won: bool
+    request: ApprovalRequest
+
+
+class ApprovalStore:
+    """Keys: `{ns}approval:{id}` (hash), `{ns}approvals:pending` (zset id -> expires_at)."""
+
+    def __init__(
+        self,
+        connection: redis.Redis,
+        *,
+        due_key: str,
+        namespace: str = "sb:",
+        keep_after_decision: int = 7 * 24 * 3600,
+    ) -> None:
+        self.redis = connection
+        self.ns = namespace
+        self.due_key = due_key
+        self.keep_after_decision = keep_after_decision
+        self._decide = connection.register_script(_DECIDE)
+
+    def key(self, approval_id: str) -> str:
+        return f"{self.ns}approval:{approval_id}"
+
+    @property
+    def pending_key(self) -> str:
+        return f"{self.ns}approvals:pending"
+
+    def create(
+        self,
+        *,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        requester: str,
+        team_id: str,
+        channel_id: str,
+        policy_version: str,
+        ttl: float,
+    ) -> ApprovalRequest:
+        now = time.time()
+        request = ApprovalRequest(
+            id="ap_" + secrets.token_hex(10),
+            run_id=run_id,
+            call_id=call_id,
+            tool=tool,
+            args=args,
+            requester=requester,
+            team_id=team_id,
+            channel_id=channel_id,
+            policy_version=policy_version,
+            binding=binding_hash(tool, args, requester, policy_version),
+            created_at=now,
+            expires_at=now + ttl,
+        )
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.key(request.id), mapping=request.to_hash())
+        pipe.expire(self.key(request.id), int(ttl + self.keep_after_decision))
+        pipe.zadd(self.pending_key, {request.id: request.expires_at})
+        pipe.execute()
+        return request
+
+    def get(self, approval_id: str) -> ApprovalRequest:
+        data = self.redis.hgetall(self.key(approval_id))
+        if not data:
+            raise ApprovalNotFound(approval_id)
+        return ApprovalRequest.from_hash({k.decode(): v.decode() for k, v in data.items()})
+
+    def find(self, approval_id: str) -> ApprovalRequest | None:
+        try:
+            return self.get(approval_id)
+        except ApprovalNotFound:
+            return None
+
+    def decide(
+        self, approval_id: str, status: ApprovalStatus, decided_by: str, reason: str = ""
+    ) -> Decision:
+        """Move a pending request to `status`. Authorization is the caller's job (policy)."""
+        request = self.get(approval_id)
+        result = self._decide(
+            keys=[self.key(approval_id), self.pending_key, self.due_key],
+            args=[status.value, decided_by, reason[:1000], request.run_id, approval_id],
+        )
+        outcome = result[0].decode()
+        if outcome == "missing":
+            raise ApprovalNotFound(approval_id)
+        return Decision(won=outcome == "ok", request=self.get(approval_id))
+
+    def expire(self, approval_id: str) -> Decision:
+        return self.decide(approval_id, ApprovalStatus.EXPIRED, "", "nobody decided in time")
+
+    def withdraw(self, approval_id: str, reason: str) -> Decision:
+        return self.decide(approval_id, ApprovalStatus.WITHDRAWN, "", reason)
+
+    def add_card(self, approval_id: str, card: dict[str, str]) -> None:
+        request = self.get(approval_id)
+        request.cards.append(card)
+        self.redis.hset(self.key(approval_id), "cards", request.to_hash()["cards"])
+
+    def pending(self, limit: int = 200) -> list[ApprovalRequest]:
+        ids = self.redis.zrange(self.pending_key, 0, limit - 1)
+        found = (self.find(i.decode()) for i in ids)
+        return [r for r in found if r is not None and r.status == ApprovalStatus.PENDING]
+
+    def overdue(self, now: float | None = None, limit: int = 100) -> list[str]:
+        """Pending requests past their expiry (a backstop for the scheduled expiry job)."""
+        cutoff = time.time() if now is None else now
+        return [i.decode() for i in self.redis.zrangebyscore(self.pending_key, 0, cutoff, 0, limit)]

@@ -1,0 +1,3 @@
+from switchboard.cli import main
+
+raise SystemExit(main())

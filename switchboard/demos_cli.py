@@ -1,0 +1,145 @@
+"""`switchboard demos check|list|add|review`: the task library from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from switchboard.settings import Config
+from worker.demos import DemoError, TaskLibrary, candidate_from_run, check
+
+
+def add_commands(verbs: Any) -> None:
+    demos = verbs.add_parser(
+        "demos", help="the task library of demonstrations", description=__doc__
+    )
+    demos.set_defaults(handler=lambda c, a: _help(demos))
+    sub = demos.add_subparsers(title="demos commands", metavar="ACTION")
+    p = sub.add_parser("check", help="validate every demonstration against the tools")
+    p.set_defaults(handler=cmd_check)
+    p = sub.add_parser("list", help="the library with usage counts")
+    p.set_defaults(handler=cmd_list)
+    p.add_argument("--candidates", action="store_true", help="only candidates awaiting review")
+    p = sub.add_parser("add", help="promote a completed run to a candidate demonstration")
+    p.set_defaults(handler=cmd_add)
+    p.add_argument("--from-run", required=True, metavar="RUN_ID")
+    p = sub.add_parser("review", help="accept or reject candidates (interactive without flags)")
+    p.set_defaults(handler=cmd_review)
+    p.add_argument("--accept", metavar="ID", action="append", default=[])
+    p.add_argument("--reject", metavar="ID", action="append", default=[])
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _library(config: Config) -> tuple[Any, TaskLibrary]:
+    from switchboard.cli import runtime
+
+    rt = runtime(config)
+    library = getattr(rt.demos, "library", None)
+    if library is None:
+        library = TaskLibrary(rt.redis, demo_path(config), rt.settings.namespace)
+    return rt, library
+
+
+def demo_path(config: Config) -> Any:
+    from pathlib import Path
+
+    return Path(config.demos) if config.demos else None
+
+
+def cmd_check(config: Config, args: argparse.Namespace) -> int:
+    from switchboard.wiring import load_tools
+    from tools import registry
+
+    load_tools(config)
+    from worker.demos import DEFAULT_LIBRARY, load_file
+
+    path = demo_path(config) or DEFAULT_LIBRARY
+    try:
+        demos = load_file(path)
+    except DemoError as exc:
+        print(f"FAIL {exc}")
+        return 1
+    problems = check(demos, registry)
+    for problem in problems:
+        print(f"FAIL {path}: {problem}")
+    if problems:
+        return 1
+    print(f"ok: {len(demos)} demonstrations in {path} match the registered tools")
+    return 0
+
+
+def cmd_list(config: Config, args: argparse.Namespace) -> int:
+    _rt, library = _library(config)
+    usage = library.usage()
+    demos = library.candidates() if args.candidates else library.all()
+    if not demos:
+        print("no demonstrations")
+    for demo in demos:
+        tools = ",".join(sorted(demo.tools))
+        print(
+            f"{demo.id:<40} {demo.status:<9} used {usage.get(demo.id, 0):>5}  "
+            f"[{tools}]  {demo.task[:60]}"
+        )
+    return 0
+
+
+def cmd_add(config: Config, args: argparse.Namespace) -> int:
+    rt, library = _library(config)
+    run = rt.store.find(args.from_run)
+    if run is None:
+        print(f"switchboard: no run {args.from_run!r}", file=sys.stderr)
+        return 2
+    try:
+        demo = candidate_from_run(run)
+        library.add_candidate(demo)
+    except DemoError as exc:
+        print(f"switchboard: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"candidate {demo.id} added; it is not selected until accepted (`switchboard demos review`)"
+    )
+    return 0
+
+
+def cmd_review(config: Config, args: argparse.Namespace) -> int:
+    from tools import registry
+
+    _rt, library = _library(config)
+    decisions = [(i, True) for i in args.accept] + [(i, False) for i in args.reject]
+    if not decisions:
+        decisions = _ask(library)
+    status = 0
+    for demo_id, accept in decisions:
+        try:
+            if accept:
+                library.accept(demo_id, registry)
+                print(f"accepted {demo_id}")
+            elif library.reject(demo_id):
+                print(f"rejected {demo_id}")
+            else:
+                print(f"switchboard: no candidate {demo_id!r}", file=sys.stderr)
+                status = 2
+        except DemoError as exc:
+            print(f"switchboard: {exc}", file=sys.stderr)
+            status = 2
+    return status
+
+
+def _ask(library: TaskLibrary) -> list[tuple[str, bool]]:
+    decisions: list[tuple[str, bool]] = []
+    candidates = library.candidates()
+    if not candidates:
+        print("no candidates to review")
+    for demo in candidates:
+        print("\n" + demo.as_text())
+        answer = input("accept? [y]es / [n]o / [s]kip: ").strip().lower()
+        if answer.startswith("y"):
+            decisions.append((demo.id, True))
+        elif answer.startswith("n"):
+            decisions.append((demo.id, False))
+    return decisions

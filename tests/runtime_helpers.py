@@ -1,0 +1,95 @@
+"""Building a real runtime for tests: real Redis, real RQ, the real openai client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+
+import tools.builtin
+from tools import Policy, registry
+from worker import runtime as runtime_module
+from worker.model import ModelClient
+from worker.process import make_worker
+from worker.run import Budgets, Requester, Run
+from worker.runtime import Runtime, Settings
+from worker.surface import Surface
+
+T = TypeVar("T")
+
+ALICE = Requester(user_id="UALICE", team_id="T0001", channel_id="C0001", roles=["everyone"])
+
+
+def make_runtime(
+    conn: redis.Redis,
+    model_url: str,
+    *,
+    policy_file: Path | None = None,
+    budgets: Budgets | None = None,
+    model: str = "gpt-fake",
+    surfaces: dict[str, Surface] | None = None,
+    model_timeout: float = 10.0,
+    model_retries: int = 2,
+    **settings: Any,
+) -> Runtime:
+    tools.builtin.load()
+    policy = Policy.load(policy_file, registry) if policy_file else Policy.default(registry)
+    rt = Runtime(
+        redis=conn,
+        registry=registry,
+        policy=policy,
+        model=ModelClient(
+            model=model,
+            api_key="test",
+            base_url=model_url,
+            timeout=model_timeout,
+            max_retries=model_retries,
+        ),
+        settings=Settings(
+            budgets=budgets or Budgets(),
+            model_timeout=model_timeout,
+            model_retries=model_retries,
+            **settings,
+        ),
+        surfaces=dict(surfaces or {}),
+    )
+    runtime_module.install(rt)
+    return rt
+
+
+def requester(rt: Runtime, user_id: str, groups: tuple[str, ...] = ()) -> Requester:
+    return Requester(
+        user_id=user_id,
+        team_id="T0001",
+        channel_id="C0001",
+        roles=sorted(rt.policy.roles_for(user_id, groups)),
+    )
+
+
+def work(rt: Runtime, *, with_scheduler: bool = False) -> None:
+    """Run queued jobs in this process until the queue is empty (RQ's SimpleWorker, burst)."""
+    runtime_module.install(rt)
+    make_worker(rt).work(burst=True, with_scheduler=with_scheduler, logging_level="WARNING")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 15.0, what: str = "") -> T:
+    """Poll observable state until `predicate` is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.01)
+
+
+def tool_messages(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m.get("role") == "tool"]
+
+
+def event_kinds(rt: Runtime, run: Run) -> list[str]:
+    return [e.kind for e in rt.events.read(run.id)]

@@ -1,0 +1,188 @@
+"""Running a tool: in a thread, with a timeout, an output cap, and no escaping errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pydantic import BaseModel
+
+from tools.context import ToolContext
+from tools.exceptions import bounded
+from tools.registry import Tool
+
+log = structlog.get_logger(__name__)
+
+MAX_ERROR_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a tool call produced, as the model will read it.
+
+    `text` is already capped and says when it was truncated; `value` is the
+    raw return value when it is JSON-serializable (for grounding), else None.
+    """
+
+    ok: bool
+    text: str
+    truncated: bool = False
+    value: Any = None
+
+
+def execute(
+    tool: Tool,
+    ctx: ToolContext,
+    args: dict[str, Any],
+    *,
+    executor: ThreadPoolExecutor | None = None,
+) -> Observation:
+    """Run `tool.handler(ctx, args)` with the tool's timeout and output cap.
+
+    Without an executor the handler runs in its own daemon thread, so a
+    handler that never returns cannot keep the process from exiting.
+    """
+    started = time.monotonic()
+    outcome = _run(tool, ctx, args, executor)
+    elapsed_ms = round((time.monotonic() - started) * 1000)
+    if isinstance(outcome, _TimedOut):
+        log.warning("tool_timed_out", tool=tool.name, timeout=tool.timeout, call_id=ctx.call_id)
+        return _error(tool, f"Error: {tool.name} timed out after {tool.timeout:g} s")
+    if isinstance(outcome, _Failed):
+        error = outcome.error
+        log.warning(
+            "tool_failed",
+            tool=tool.name,
+            call_id=ctx.call_id,
+            error_type=type(error).__name__,
+            exc_info=error,
+        )
+        message = bounded(f"Error: {type(error).__name__}: {error}", MAX_ERROR_CHARS)
+        return _error(tool, message)
+    observation = observe(outcome.result, tool.output_cap)
+    log.info(
+        "tool_executed",
+        tool=tool.name,
+        call_id=ctx.call_id,
+        elapsed_ms=elapsed_ms,
+        chars=len(observation.text),
+        truncated=observation.truncated,
+    )
+    return observation
+
+
+def observe(result: Any, output_cap: int) -> Observation:
+    """Turn a handler's return value into an ok observation of at most `output_cap` chars."""
+    text = result if isinstance(result, str) else to_json_text(result)
+    text, truncated = cap_text(_valid_unicode(text), output_cap)
+    return Observation(ok=True, text=text, truncated=truncated, value=_json_value(result))
+
+
+def to_json_text(value: Any) -> str:
+    """Compact JSON for any return value; odd types fall back to `str`."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+    except (TypeError, ValueError, RecursionError):  # circular or too deep
+        return str(value)
+
+
+def cap_text(text: str, cap: int) -> tuple[str, bool]:
+    """Cut `text` to `cap` characters, ending with a line that says what was cut."""
+    if len(text) <= cap:
+        return text, False
+    shown = cap
+    for _ in range(3):  # the note's own length depends on `shown`; settles in two rounds
+        note = f"\n[truncated: showed {shown} of {len(text)} characters]"
+        shown = max(cap - len(note), 0)
+    note = f"\n[truncated: showed {shown} of {len(text)} characters]"
+    return text[:shown] + note, True
+
+
+def _error(tool: Tool, message: str) -> Observation:
+    text, truncated = cap_text(_valid_unicode(message), tool.output_cap)
+    return Observation(ok=False, text=text, truncated=truncated)
+
+
+class _TimedOut:
+    pass
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class _Returned:
+    result: Any
+
+
+_Outcome = _TimedOut | _Failed | _Returned
+
+
+def _call(tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> _Failed | _Returned:
+    try:
+        return _Returned(tool.handler(ctx, args))
+    except BaseException as error:  # tool boundary: every failure becomes an observation
+        return _Failed(error)
+
+
+def _run(
+    tool: Tool, ctx: ToolContext, args: dict[str, Any], executor: ThreadPoolExecutor | None
+) -> _Outcome:
+    if executor is not None:
+        future = executor.submit(_call, tool, ctx, args)
+        try:
+            return future.result(timeout=tool.timeout)
+        except FutureTimeoutError:
+            future.cancel()
+            return _TimedOut()
+    box: list[_Failed | _Returned] = []
+    done = threading.Event()
+
+    def target() -> None:
+        box.append(_call(tool, ctx, args))
+        done.set()
+
+    thread = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)
+    thread.start()
+    if not done.wait(tool.timeout):
+        return _TimedOut()
+    return box[0]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return value
+
+
+def _valid_unicode(text: str) -> str:
+    """Replace lone surrogates so the text can always be stored and sent as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text

@@ -1,0 +1,250 @@
+"""Who may call which tool, on which argument values, and who may approve it.
+
+A policy maps roles to Slack users and user groups, and tools to rules. It is
+loaded once at start-up (`SWITCHBOARD_POLICY`); a bad file fails with a message
+naming the file, the line and what to fix. Nothing the model writes can change
+it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import structlog
+
+from tools.decode import canonical_json
+from tools.exceptions import PolicyError
+from tools.policy_file import (
+    EVERYONE,
+    REQUESTER,
+    PolicyContent,
+    RuleFields,
+    default_rules,
+    read_policy,
+)
+from tools.registry import ToolRegistry
+
+__all__ = ["EVERYONE", "REQUESTER", "Denial", "Policy", "PolicyError", "ToolRule"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolRule:
+    """The effective rule for one tool (its own entry merged over the defaults)."""
+
+    allow: tuple[str, ...]
+    approvers: tuple[str, ...] = ()
+    self_approval: bool = False
+    high_risk: bool = False
+    constraints: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_fields(cls, fields: RuleFields) -> ToolRule:
+        return cls(
+            allow=fields["allow"],
+            approvers=fields["approvers"],
+            self_approval=fields["self_approval"],
+            high_risk=fields["high_risk"],
+            constraints=MappingProxyType(dict(fields["constraints"])),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "allow": list(self.allow),
+            "approvers": list(self.approvers),
+            "self_approval": self.self_approval,
+            "high_risk": self.high_risk,
+            "constraints": {name: list(values) for name, values in self.constraints.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Denial:
+    """Why a call is not allowed, worded for the model to read."""
+
+    reason: str
+
+
+class Policy:
+    """Roles, admins and tool rules, checked against the tools in a registry."""
+
+    def __init__(self, content: PolicyContent, registry: ToolRegistry, source: str) -> None:
+        self.registry = registry
+        self.source = source
+        self.roles: Mapping[str, frozenset[str]] = MappingProxyType(dict(content.roles))
+        self.admins: tuple[str, ...] = content.admins
+        self.approvals_channel: str | None = content.approvals_channel
+        self.defaults = {
+            effect: ToolRule.from_fields(fields) for effect, fields in content.defaults.items()
+        }
+        self.tools = {name: ToolRule.from_fields(fields) for name, fields in content.tools.items()}
+        self.version = hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()[:12]
+
+    # -- constructors ---------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path, registry: ToolRegistry) -> Policy:
+        """Read a policy YAML file; raise PolicyError naming the file, line and fix."""
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise PolicyError(f"{source}: policy file not found (SWITCHBOARD_POLICY)") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise PolicyError(f"{source}: cannot read the policy file: {error}") from None
+        return cls.parse(text, registry, source=source)
+
+    @classmethod
+    def parse(cls, text: str, registry: ToolRegistry, *, source: str = "policy.yaml") -> Policy:
+        """Build a policy from YAML text; `source` names it in error messages."""
+        policy = cls(read_policy(text, source, registry), registry, source)
+        log.info("policy_loaded", source=source, version=policy.version, tools=len(policy.tools))
+        return policy
+
+    @classmethod
+    def default(cls, registry: ToolRegistry) -> Policy:
+        """No file: reads for everyone; writes for everyone, approved by the requester."""
+        return cls(PolicyContent(defaults=default_rules()), registry, "<default policy>")
+
+    # -- identity -------------------------------------------------------------
+
+    def roles_for(self, user_id: str, groups: Iterable[str] = ()) -> frozenset[str]:
+        """The roles of a Slack user who belongs to the given user groups ("@handle")."""
+        handles = {_handle(group) for group in groups}
+        held = {
+            role
+            for role, members in self.roles.items()
+            if user_id in members or not handles.isdisjoint(members)
+        }
+        return frozenset({EVERYONE, *held})
+
+    def is_admin(self, roles: Iterable[str]) -> bool:
+        """May someone with these roles inspect every run?"""
+        return not _with_everyone(roles).isdisjoint(self.admins)
+
+    # -- calling --------------------------------------------------------------
+
+    def rule(self, tool_name: str) -> ToolRule:
+        """The effective rule for a tool; KeyError for a name the registry does not know."""
+        if tool_name in self.tools:
+            return self.tools[tool_name]
+        tool = self.registry.get(tool_name)
+        if tool is None:
+            raise KeyError(f"unknown tool {tool_name!r}")
+        return self.defaults[tool.effect]
+
+    def allowed_tools(self, roles: Iterable[str]) -> list[str]:
+        """Names of the tools these roles may call, in registry order."""
+        held = _with_everyone(roles)
+        return [
+            name for name in self.registry.names() if not held.isdisjoint(self.rule(name).allow)
+        ]
+
+    def authorize(
+        self, tool_name: str, roles: Iterable[str], args: Mapping[str, Any]
+    ) -> Denial | None:
+        """None if the call is allowed, else a Denial the model can read."""
+        try:
+            rule = self.rule(tool_name)
+        except KeyError:
+            return Denial(f"You may not call {tool_name}: there is no such tool.")
+        if _with_everyone(roles).isdisjoint(rule.allow):
+            if not rule.allow:
+                return Denial(f"You may not call {tool_name}: it is disabled by policy.")
+            return Denial(f"You may not call {tool_name}: it is limited to {_or(rule.allow)}.")
+        for name, allowed in rule.constraints.items():
+            if not _is_allowed(args.get(name), allowed, name in args):
+                return Denial(f"{name} must be one of {_values(allowed)}")
+        return None
+
+    # -- approving ------------------------------------------------------------
+
+    def may_decide(
+        self, tool_name: str, requester_id: str, decider_id: str, decider_roles: Iterable[str]
+    ) -> bool:
+        """May `decider_id` approve or reject `requester_id`'s call of this tool?
+
+        Deciding on your own call needs 'requester' among the approvers and
+        self_approval; holding an approver role is not enough. Anyone else
+        needs one of the approver roles.
+        """
+        try:
+            rule = self.rule(tool_name)
+        except KeyError:
+            return False
+        if decider_id == requester_id:
+            return REQUESTER in rule.approvers and rule.self_approval
+        roles = set(rule.approvers) - {REQUESTER}
+        return not _with_everyone(decider_roles).isdisjoint(roles)
+
+    def approvers_text(self, tool_name: str) -> str:
+        """Who may approve, for people: "the requester or @admins"."""
+        try:
+            approvers = self.rule(tool_name).approvers
+        except KeyError:
+            return "nobody"
+        if not approvers:
+            return "nobody (it needs no approval)"
+        names = [_approver_name(approver) for approver in approvers]
+        return _or(names)
+
+    # -- inspection -----------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The effective policy content; `version` is a hash of this."""
+        return {
+            "roles": {role: sorted(members) for role, members in sorted(self.roles.items())},
+            "admins": sorted(self.admins),
+            "approvals_channel": self.approvals_channel,
+            "defaults": {effect: rule.to_json() for effect, rule in sorted(self.defaults.items())},
+            "tools": {name: rule.to_json() for name, rule in sorted(self.tools.items())},
+        }
+
+    def __repr__(self) -> str:
+        return f"Policy(source={self.source!r}, version={self.version!r})"
+
+
+def _with_everyone(roles: Iterable[str]) -> frozenset[str]:
+    return frozenset({EVERYONE, *roles})
+
+
+def _handle(group: str) -> str:
+    group = group.strip().lower()
+    return group if group.startswith("@") else "@" + group
+
+
+def _is_allowed(value: Any, allowed: tuple[Any, ...], present: bool) -> bool:
+    if not present:
+        return False
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError):
+        return False
+    return any(canonical_json(item) == text for item in allowed)
+
+
+def _values(values: Iterable[Any]) -> str:
+    shown = [v if isinstance(v, str) else json.dumps(v) for v in list(values)[:12]]
+    return ", ".join(shown)
+
+
+def _approver_name(approver: str) -> str:
+    if approver == REQUESTER:
+        return "the requester"
+    if approver == EVERYONE:
+        return "anyone"
+    return "@" + approver
+
+
+def _or(names: Iterable[str]) -> str:
+    items = list(names)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " or " + items[-1]

@@ -1,0 +1,357 @@
+"""Reading a policy YAML file into checked, merged rule fields.
+
+The file is composed (not just loaded) so every error can name the line it
+comes from: "policy.yaml line 12: unknown tool 'x' ...". Reading goes on after
+an error so one run reports every problem in the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import yaml
+from jsonschema import Draft202012Validator
+
+from tools.exceptions import PolicyError
+from tools.registry import ToolRegistry
+
+EVERYONE = "everyone"
+REQUESTER = "requester"
+
+TOP_LEVEL_KEYS = ("roles", "admins", "approvals_channel", "tools", "defaults")
+WRITE_ONLY_KEYS = ("approvers", "self_approval", "high_risk")
+TOOL_KEYS = {"read": ("allow", "constraints"), "write": ("allow", *WRITE_ONLY_KEYS, "constraints")}
+DEFAULT_KEYS = {"read": ("allow",), "write": ("allow", *WRITE_ONLY_KEYS)}
+
+_ROLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+_USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
+_GROUP_HANDLE = re.compile(r"^@[a-z0-9][a-z0-9._-]{0,79}$")
+_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
+_STR, _BOOL, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+
+Node = yaml.Node
+
+
+class RuleFields(TypedDict):
+    allow: tuple[str, ...]
+    approvers: tuple[str, ...]
+    self_approval: bool
+    high_risk: bool
+    constraints: dict[str, tuple[Any, ...]]
+
+
+def default_rules() -> dict[str, RuleFields]:
+    """Reads for everyone; writes for everyone, approved by the requester themselves."""
+    read = RuleFields(
+        allow=(EVERYONE,), approvers=(), self_approval=False, high_risk=False, constraints={}
+    )
+    write = RuleFields(
+        allow=(EVERYONE,),
+        approvers=(REQUESTER,),
+        self_approval=True,
+        high_risk=False,
+        constraints={},
+    )
+    return {"read": read, "write": write}
+
+
+@dataclass
+class PolicyContent:
+    roles: dict[str, frozenset[str]] = field(default_factory=dict)
+    admins: tuple[str, ...] = ()
+    approvals_channel: str | None = None
+    defaults: dict[str, RuleFields] = field(default_factory=default_rules)
+    tools: dict[str, RuleFields] = field(default_factory=dict)
+
+
+def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent:
+    """Parse and check a policy document; raise PolicyError listing every problem."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = f" line {mark.line + 1}" if mark else ""
+        raise PolicyError(f"{source}{line}: invalid YAML: {error.problem or error}") from None
+    except yaml.YAMLError as error:
+        raise PolicyError(f"{source}: invalid YAML: {error}") from None
+    reader = _Reader(source, registry)
+    content = reader.document(root)
+    if reader.errors:
+        ordered = sorted(reader.errors, key=lambda error: error[0])
+        raise PolicyError("\n".join(message for _, message in ordered))
+    return content
+
+
+class _Invalid(Exception):
+    """A problem that stops reading one entry; it is already recorded in `errors`."""
+
+
+class _Reader:
+    def __init__(self, source: str, registry: ToolRegistry) -> None:
+        self.source = source
+        self.registry = registry
+        self.errors: list[tuple[int, str]] = []
+        self.known_roles: set[str] = {EVERYONE}
+        self._constructor = yaml.SafeLoader("")
+
+    # -- sections -----------------------------------------------------------
+
+    def document(self, root: Node | None) -> PolicyContent:
+        content = PolicyContent()
+        if root is None or _is_null(root):
+            return content
+        sections: dict[str, tuple[Node, Node]] = {}
+        with suppress(_Invalid):
+            sections = self.mapping(root, "the policy", TOP_LEVEL_KEYS)
+        if "roles" in sections:
+            with suppress(_Invalid):
+                content.roles = self.roles(sections["roles"][1])
+        self.known_roles |= set(content.roles)
+        if "admins" in sections:
+            with suppress(_Invalid):
+                content.admins = tuple(self.roles_named(sections["admins"][1], "admins"))
+        if "approvals_channel" in sections:
+            with suppress(_Invalid):
+                content.approvals_channel = self.channel(sections["approvals_channel"][1])
+        if "defaults" in sections:
+            with suppress(_Invalid):
+                self.defaults(sections["defaults"][1], content.defaults)
+        if "tools" in sections:
+            with suppress(_Invalid):
+                content.tools = self.tools(sections["tools"][1], content.defaults)
+        return content
+
+    def roles(self, node: Node) -> dict[str, frozenset[str]]:
+        roles: dict[str, frozenset[str]] = {}
+        for name, (key, value) in self.mapping(node, "roles").items():
+            if name in (EVERYONE, REQUESTER):
+                self.error(key, f"'{name}' is a built-in role; remove it from roles")
+            elif not _ROLE_NAME.match(name):
+                self.error(key, f"role name {name!r} is invalid: use letters, digits, _ - .")
+            else:
+                roles[name] = frozenset()
+                with suppress(_Invalid):
+                    roles[name] = frozenset(self.members(value, name))
+        return roles
+
+    def members(self, node: Node, role: str) -> list[str]:
+        members = []
+        for member, item in self.strings(node, f"roles.{role}", "[U0123ABCD, '@support-team']"):
+            if _USER_ID.match(member):
+                members.append(member)
+            elif _GROUP_HANDLE.match(member.lower()):
+                members.append(member.lower())
+            else:
+                self.error(
+                    item,
+                    f"roles.{role}: {member!r} must be a Slack user id (U… or W…) "
+                    "or a quoted user group handle like '@support-team'",
+                )
+        return members
+
+    def channel(self, node: Node) -> str | None:
+        if _is_null(node):
+            return None
+        value = self.scalar(node)
+        if not isinstance(value, str) or not _CHANNEL_ID.match(value):
+            raise self.invalid(
+                node, "approvals_channel must be a Slack channel id like C0123ABCD, not a #name"
+            )
+        return value
+
+    def defaults(self, node: Node, defaults: dict[str, RuleFields]) -> None:
+        for effect, (key, value) in self.mapping(node, "defaults", ("read", "write")).items():
+            with suppress(_Invalid):
+                overrides = self.rule(value, f"defaults.{effect}", DEFAULT_KEYS[effect], None)
+                defaults[effect] = self.merged(
+                    defaults[effect], overrides, key, f"defaults.{effect}"
+                )
+
+    def tools(self, node: Node, defaults: dict[str, RuleFields]) -> dict[str, RuleFields]:
+        rules: dict[str, RuleFields] = {}
+        for name, (key, value) in self.mapping(node, "tools").items():
+            tool = self.registry.get(name)
+            if tool is None:
+                hint = _suggest(name, self.registry.names())
+                self.error(key, f"unknown tool {name!r}{hint}; check the name or load its module")
+                continue
+            with suppress(_Invalid):
+                where = f"tools.{name}"
+                overrides = self.rule(value, where, TOOL_KEYS[tool.effect], tool.parameters)
+                rules[name] = self.merged(defaults[tool.effect], overrides, key, where)
+        return rules
+
+    # -- one rule -------------------------------------------------------------
+
+    def rule(
+        self, node: Node, where: str, keys: tuple[str, ...], parameters: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        rule: dict[str, Any] = {}
+        for key, (key_node, value) in self.mapping(node, where, keys).items():
+            with suppress(_Invalid):
+                if key == "allow":
+                    rule[key] = tuple(self.roles_named(value, f"{where}.allow"))
+                elif key == "approvers":
+                    rule[key] = tuple(self.roles_named(value, f"{where}.approvers", requester=True))
+                    if _is_empty(value):
+                        raise self.invalid(
+                            key_node, f"{where}.approvers is empty: name a role or 'requester'"
+                        )
+                elif key in ("self_approval", "high_risk"):
+                    rule[key] = self.boolean(value, f"{where}.{key}")
+                elif key == "constraints" and parameters is not None:
+                    rule[key] = self.constraints(value, where, parameters)
+        return rule
+
+    def merged(
+        self, base: RuleFields, overrides: dict[str, Any], node: Node, where: str
+    ) -> RuleFields:
+        rule = RuleFields(
+            allow=overrides.get("allow", base["allow"]),
+            approvers=overrides.get("approvers", base["approvers"]),
+            self_approval=overrides.get("self_approval", base["self_approval"]),
+            high_risk=overrides.get("high_risk", base["high_risk"]),
+            constraints=overrides.get("constraints", base["constraints"]),
+        )
+        if REQUESTER in rule["approvers"] and not rule["self_approval"]:
+            inherited = "" if "approvers" in overrides else " (approvers come from the defaults)"
+            raise self.invalid(
+                node,
+                f"{where}: approvers includes 'requester'{inherited} but self_approval is false, "
+                "so the requester could never approve; remove 'requester' or set "
+                "self_approval: true",
+            )
+        return rule
+
+    def constraints(
+        self, node: Node, where: str, parameters: dict[str, Any]
+    ) -> dict[str, tuple[Any, ...]]:
+        properties: dict[str, Any] = parameters.get("properties", {})
+        result: dict[str, tuple[Any, ...]] = {}
+        for arg, (key, value) in self.mapping(node, f"{where}.constraints").items():
+            if arg not in properties:
+                known = ", ".join(properties) or "none"
+                self.error(
+                    key, f"{where}.constraints: unknown argument {arg!r} (its arguments: {known})"
+                )
+                continue
+            with suppress(_Invalid):
+                allowed = self.allowed_values(value, f"{where}.constraints.{arg}")
+                check = Draft202012Validator({**parameters, **properties[arg]})
+                for item, item_node in allowed:
+                    if not check.is_valid(item):
+                        self.error(
+                            item_node, f"{where}.constraints.{arg}: {item!r} is not a valid value"
+                        )
+                result[arg] = tuple(item for item, _ in allowed)
+        return result
+
+    def allowed_values(self, node: Node, where: str) -> list[tuple[Any, Node]]:
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.invalid(
+                node, f"{where} must be a non-empty list of allowed values, e.g. [IT, HR]"
+            )
+        values: list[tuple[Any, Node]] = []
+        for item in node.value:
+            if isinstance(item, yaml.ScalarNode):
+                values.append((self.scalar(item), item))
+            else:
+                self.error(
+                    item, f"{where}: allowed values must be plain values, not lists or mappings"
+                )
+        return values
+
+    # -- typed values ---------------------------------------------------------
+
+    def roles_named(self, node: Node, where: str, *, requester: bool = False) -> list[str]:
+        roles = []
+        for role, item in self.strings(node, where, "[support]"):
+            if role == REQUESTER and not requester:
+                self.error(item, f"{where}: 'requester' is only valid in approvers")
+            elif role in self.known_roles or role == REQUESTER:
+                roles.append(role)
+            else:
+                choices = [*self.known_roles, *([REQUESTER] if requester else [])]
+                defined = ", ".join(sorted(self.known_roles - {EVERYONE})) or "none"
+                self.error(
+                    item,
+                    f"{where}: unknown role {role!r}{_suggest(role, choices)}; define it under "
+                    f"roles (defined: {defined}; built in: everyone"
+                    f"{', requester' if requester else ''})",
+                )
+        return roles
+
+    def strings(self, node: Node, where: str, example: str) -> list[tuple[str, Node]]:
+        if _is_null(node):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.invalid(node, f"{where} must be a list, e.g. {example}")
+        items: list[tuple[str, Node]] = []
+        for item in node.value:
+            if isinstance(item, yaml.ScalarNode) and item.tag == _STR:
+                items.append((item.value.strip(), item))
+            else:
+                self.error(item, f"{where}: each entry must be a string")
+        return items
+
+    def boolean(self, node: Node, where: str) -> bool:
+        if not (isinstance(node, yaml.ScalarNode) and node.tag == _BOOL):
+            raise self.invalid(node, f"{where} must be true or false")
+        return bool(self.scalar(node))
+
+    def scalar(self, node: Node) -> Any:
+        return self._constructor.construct_object(node, deep=True)
+
+    def mapping(
+        self, node: Node, where: str, keys: tuple[str, ...] | None = None
+    ) -> dict[str, tuple[Node, Node]]:
+        if _is_null(node):
+            return {}
+        if not isinstance(node, yaml.MappingNode):
+            raise self.invalid(node, f"{where} must be a mapping of key: value entries")
+        entries: dict[str, tuple[Node, Node]] = {}
+        for key_node, value_node in node.value:
+            if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR):
+                self.error(key_node, f"{where}: keys must be strings")
+                continue
+            key = key_node.value
+            if key in entries:
+                self.error(key_node, f"{where}: duplicate key {key!r}")
+            elif keys is not None and key not in keys:
+                self.error(key_node, self.unknown_key(where, key, keys))
+            else:
+                entries[key] = (key_node, value_node)
+        return entries
+
+    def unknown_key(self, where: str, key: str, keys: tuple[str, ...]) -> str:
+        if key in WRITE_ONLY_KEYS:
+            return f"{where}: {key!r} only applies to write tools; remove it"
+        return f"{where}: unknown key {key!r}{_suggest(key, keys)} (allowed: {', '.join(keys)})"
+
+    # -- errors ---------------------------------------------------------------
+
+    def error(self, node: Node, message: str) -> None:
+        line = node.start_mark.line + 1
+        self.errors.append((line, f"{self.source} line {line}: {message}"))
+
+    def invalid(self, node: Node, message: str) -> _Invalid:
+        self.error(node, message)
+        return _Invalid(message)
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == _NULL
+
+
+def _is_empty(node: Node) -> bool:
+    return _is_null(node) or (isinstance(node, yaml.SequenceNode) and not node.value)
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""

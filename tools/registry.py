@@ -1,0 +1,193 @@
+"""The `Tool` record and the registry that maps names to tools."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from tools.context import ToolContext
+from tools.decode import argument_error, json_type, schema_problems
+from tools.exceptions import DuplicateToolError, ToolDefinitionError, ToolModuleError
+from tools.schema import is_object_schema, is_strict_compatible
+
+log = structlog.get_logger(__name__)
+
+Effect = Literal["read", "write"]
+Handler = Callable[[ToolContext, dict[str, Any]], Any]
+Reconcile = Callable[[ToolContext, dict[str, Any]], Any]
+Normalizer = Callable[[dict[str, Any]], dict[str, Any]]
+
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+EFFECTS: tuple[Effect, ...] = ("read", "write")
+MIN_OUTPUT_CAP = 100
+
+
+@dataclass(frozen=True, eq=False)
+class Tool:
+    """A callable the model may propose, with its schema, effect and limits.
+
+    `handler(ctx, args)` receives arguments that `validate` accepted. For
+    typed tools `normalizer` runs after the JSON schema check (pydantic, strict)
+    and returns the normalized arguments, defaults filled in.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    effect: Effect
+    handler: Handler
+    timeout: float = 10.0
+    output_cap: int = 8000
+    reconcile: Reconcile | None = None
+    normalizer: Normalizer | None = field(default=None, repr=False)
+    strict: bool = field(init=False)
+    _validator: Draft202012Validator = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise ToolDefinitionError(
+                f"tool name {self.name!r} is invalid: use 1-64 letters, digits, '_' or '-'"
+            )
+        if self.effect not in EFFECTS:
+            raise ToolDefinitionError(
+                f"tool {self.name}: effect must be 'read' or 'write', got {self.effect!r}"
+            )
+        if not callable(self.handler):
+            raise ToolDefinitionError(f"tool {self.name}: handler must be callable")
+        if self.reconcile is not None and not callable(self.reconcile):
+            raise ToolDefinitionError(f"tool {self.name}: reconcile must be callable or None")
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float):
+            raise ToolDefinitionError(f"tool {self.name}: timeout must be a number of seconds")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ToolDefinitionError(f"tool {self.name}: timeout must be positive and finite")
+        if not isinstance(self.output_cap, int) or self.output_cap < MIN_OUTPUT_CAP:
+            raise ToolDefinitionError(
+                f"tool {self.name}: output_cap must be an integer >= {MIN_OUTPUT_CAP}"
+            )
+        object.__setattr__(self, "_validator", _schema_validator(self.name, self.parameters))
+        object.__setattr__(self, "strict", is_strict_compatible(self.parameters))
+
+    def openai_spec(self) -> dict[str, Any]:
+        """The Chat Completions `tools` entry; `strict` only when the schema allows it."""
+        function: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
+
+    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Check decoded arguments against the schema; raise ArgumentError if unusable."""
+        if not isinstance(args, dict):
+            problem = f"arguments must be a JSON object, got {json_type(args)}"
+            raise argument_error(self.name, [problem], self.parameters)
+        problems = schema_problems(self._validator, args, self.parameters)
+        if problems:
+            raise argument_error(self.name, problems, self.parameters)
+        if self.normalizer is None:
+            return dict(args)
+        return self.normalizer(args)
+
+
+def _schema_validator(name: str, parameters: object) -> Draft202012Validator:
+    if not isinstance(parameters, dict) or not is_object_schema(parameters):
+        raise ToolDefinitionError(
+            f'tool {name}: parameters must be a JSON schema with "type": "object" '
+            f"(got {_preview(parameters)})"
+        )
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as error:
+        raise ToolDefinitionError(
+            f"tool {name}: parameters is not a valid JSON schema: {error.message}"
+        ) from error
+    return Draft202012Validator(parameters)
+
+
+def _preview(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+class ToolRegistry:
+    """Tools by name, in registration order. Registering a taken name is an error."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._lock = threading.Lock()
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> Tool:
+        with self._lock:
+            existing = self._tools.get(tool.name)
+            if existing is tool:
+                return tool
+            if existing is not None:
+                raise DuplicateToolError(
+                    f"a tool named {tool.name!r} is already registered; tool names must be unique"
+                )
+            self._tools[tool.name] = tool
+        return tool
+
+    def unregister(self, name: str) -> Tool | None:
+        with self._lock:
+            return self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(list(self._tools.values()))
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, Tool):
+            return self._tools.get(name.name) is name
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({self.names()!r})"
+
+
+registry = ToolRegistry()
+
+
+def load_modules(names: Iterable[str] | str) -> None:
+    """Import each tool module so its declarations register themselves.
+
+    `names` may be an iterable or the raw comma-separated SWITCHBOARD_TOOLS
+    value; blanks are ignored. A module that fails to import raises
+    `ToolModuleError` naming the module and the cause.
+    """
+    if isinstance(names, str):
+        names = names.split(",")
+    for raw_name in names:
+        name = raw_name.strip()
+        if not name:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # start-up boundary: any failure must name the module
+            raise ToolModuleError(
+                f"could not import tool module {name!r} (from SWITCHBOARD_TOOLS): "
+                f"{type(error).__name__}: {error}",
+                name=name,
+            ) from error
+        log.info("tool_module_loaded", module=name)

@@ -1,0 +1,125 @@
+"""Running tools for a run: reads at once (concurrently), writes only after a decision, once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import structlog
+
+from approvals import ApprovalRequest, ApprovalStatus, LedgerState
+from tools import Observation, Tool, ToolContext, canonical_json, execute
+from worker.run import Call, Run
+from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+
+def context_for(run: Run, call: Call, idempotency_key: str | None = None) -> ToolContext:
+    """Identity comes from the run's verified requester, never from the model's arguments."""
+    return ToolContext(
+        user_id=run.requester.user_id,
+        team_id=run.requester.team_id,
+        channel_id=run.requester.channel_id,
+        roles=frozenset(run.requester.roles),
+        run_id=run.id,
+        call_id=call.id,
+        idempotency_key=idempotency_key,
+    )
+
+
+def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
+    """Run the turn's read calls concurrently; each has its own timeout and output cap."""
+    if not calls:
+        return
+    names = ", ".join(sorted({c.name for c in calls}))
+    rt.surface(run.origin.get("surface")).progress(run, f"Running {names}")
+    futures = []
+    for call in calls:
+        tool = rt.registry.get(call.name)
+        assert tool is not None and call.args is not None
+        futures.append(rt.executor.submit(execute, tool, context_for(run, call), call.args))
+    for call, future in zip(calls, futures, strict=True):
+        observation: Observation = future.result()
+        call.state, call.result = "done", observation.text
+        record_result(rt, run, call, observation)
+
+
+def run_decided(rt: Runtime, run: Run, call: Call, request: ApprovalRequest) -> str:
+    """The observation for a decided write: run it once if approved, else say why not."""
+    if request.status == ApprovalStatus.REJECTED:
+        why = f": {request.reason}" if request.reason else " (no reason given)"
+        return f"Not run: <@{request.decided_by}> rejected this call{why}."
+    if request.status == ApprovalStatus.EXPIRED:
+        return "Not run: nobody approved this call before the request expired."
+    if request.status == ApprovalStatus.WITHDRAWN:
+        return f"Not run: the request was withdrawn ({request.reason})."
+    tool = rt.registry.get(call.name)
+    if tool is None:
+        return f"Not run: the tool {call.name} is no longer available."
+    assert call.args is not None
+    if not request.covers(call.name, call.args, run.requester.user_id):
+        return "Not run: the approval does not cover these exact arguments."
+    denial = rt.policy.authorize(call.name, frozenset(run.requester.roles), call.args)
+    if denial is not None:  # the policy changed while the request waited
+        return f"Not run: {denial.reason}"
+    return execute_once(rt, run, call, tool, request)
+
+
+def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRequest) -> str:
+    assert call.args is not None
+    ctx = context_for(run, call, idempotency_key=request.id)
+    entry = rt.ledger.begin(request.id, request.binding)
+    if entry.state == LedgerState.FINISHED:
+        return str(entry.result)
+    if entry.state == LedgerState.STARTED:
+        return reconcile(rt, run, call, tool, request)
+    rt.events.append(
+        run.id, "write_started", approval_id=request.id, call_id=call.id, tool=call.name
+    )
+    rt.surface(run.origin.get("surface")).progress(run, f"Running {call.name} (approved)")
+    observation = execute(tool, ctx, call.args)
+    rt.ledger.finish(request.id, observation.ok, observation.text)
+    record_result(rt, run, call, observation, approval_id=request.id)
+    return observation.text
+
+
+def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRequest) -> str:
+    """A worker stopped while this write ran. Ask the tool what happened; never run it again."""
+    assert call.args is not None
+    ctx = context_for(run, call, idempotency_key=request.id)
+    found = None
+    if tool.reconcile is not None:
+        try:
+            found = tool.reconcile(ctx, call.args)
+        except Exception:  # a tool's own hook: any failure means "unknown"
+            log.exception("reconcile_failed", run_id=run.id, tool=tool.name)
+    if found is not None:
+        text = found if isinstance(found, str) else canonical_json(found)
+        rt.ledger.finish(request.id, True, text)
+        rt.events.append(run.id, "write_reconciled", approval_id=request.id, tool=call.name)
+        return text
+    when = datetime.fromtimestamp(request.decided_at, UTC).strftime("%H:%M UTC")
+    note = (
+        f"{call.name} (approved by <@{request.decided_by}> at {when}) was interrupted while it "
+        "ran; its outcome is unknown and it was not retried."
+    )
+    run.notes.append(note)
+    rt.ledger.finish(request.id, False, "Outcome unknown: " + note)
+    rt.events.append(run.id, "write_unknown", approval_id=request.id, tool=call.name)
+    return "Outcome unknown: " + note
+
+
+def record_result(
+    rt: Runtime, run: Run, call: Call, observation: Observation, approval_id: str | None = None
+) -> None:
+    rt.events.append(
+        run.id,
+        "tool_result",
+        call_id=call.id,
+        tool=call.name,
+        args=call.args,
+        ok=observation.ok,
+        truncated=observation.truncated,
+        result=observation.text[:4000],
+        approval_id=approval_id,
+    )

@@ -1,0 +1,96 @@
+"""RQ job functions, enqueued by dotted path with RQ's JSON serializer.
+
+Never enqueued with RQ's `Retry`: a retried job starts from the top, and a write could run
+twice. Crashed runs are recovered from their persisted state by the sweeper instead.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from worker import runtime
+from worker.lease import Lease
+from worker.loop import Finish, drive, end
+from worker.run import EndReason, RunStatus
+from worker.store import LeaseLost, RunNotFound
+
+log = structlog.get_logger(__name__)
+
+
+def advance(run_id: str) -> str:
+    """Advance a run as far as it can go now. Safe to call any number of times."""
+    return advance_run(runtime.current(), run_id)
+
+
+def expire_approval(approval_id: str) -> str:
+    """Scheduled at creation for the request's expiry time. Expired means denied."""
+    return expire(runtime.current(), approval_id)
+
+
+def advance_run(rt: runtime.Runtime, run_id: str) -> str:
+    lease = Lease(rt.store, run_id, rt.settings.lease_seconds)
+    while True:
+        if not lease.acquire():
+            rt.store.wake(run_id)  # the holder will see the new score and look again
+            return "busy"
+        due_seen = rt.store.due_score(run_id)
+        structlog.contextvars.bind_contextvars(run_id=run_id)
+        try:
+            outcome = _advance_held(rt, run_id, lease.token)
+        finally:
+            again = lease.release(due_seen)
+            structlog.contextvars.unbind_contextvars("run_id")
+        if not again or outcome in ("missing", "lost"):
+            return outcome
+
+
+def _advance_held(rt: runtime.Runtime, run_id: str, token: str) -> str:
+    try:
+        run = rt.store.load(run_id)
+    except RunNotFound:
+        log.warning("advance_missing_run", run_id=run_id)
+        return "missing"
+    if run.status.terminal:
+        return run.status.value
+    try:
+        drive(rt, run, token)
+    except LeaseLost:
+        log.warning("advance_lease_lost", run_id=run_id)
+        return "lost"
+    except Exception as exc:  # the job boundary: a run is never silently lost
+        log.exception("advance_failed", run_id=run_id)
+        try:
+            end(rt, run, Finish(RunStatus.FAILED, EndReason.INTERNAL_ERROR, _brief(exc)), token)
+        except LeaseLost:
+            return "lost"
+    return run.status.value
+
+
+def expire(rt: runtime.Runtime, approval_id: str) -> str:
+    request = rt.approvals.find(approval_id)
+    if request is None:
+        return "missing"
+    decision = rt.approvals.expire(approval_id)
+    if not decision.won:
+        return decision.request.status.value
+    rt.events.append(request.run_id, "approval_expired", approval_id=approval_id, tool=request.tool)
+    run = rt.store.find(request.run_id)
+    if run is not None:
+        rt.surface(run.origin.get("surface")).approval_resolved(run, decision.request)
+    enqueue_advance(rt, request.run_id)
+    return "expired"
+
+
+def enqueue_advance(rt: runtime.Runtime, run_id: str) -> None:
+    rt.queue.enqueue_call(
+        "worker.jobs.advance",
+        args=(run_id,),
+        timeout=rt.settings.job_timeout,
+        result_ttl=60,
+        failure_ttl=7 * 24 * 3600,
+        description=f"advance {run_id}",
+    )
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -1,0 +1,339 @@
+"""The controller loop: one step at a time, state persisted after every step.
+
+propose (model) -> decode -> validate -> authorize -> repeated? -> read: run now /
+write: approval request and suspend -> observe -> decide. Each step returns one of three
+small outcomes and `drive` dispatches on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import structlog
+
+from approvals import ApprovalStatus
+from tools import ArgumentError, canonical_json, decode_arguments
+from worker import executor
+from worker.budgets import exhausted
+from worker.grounding import untraceable
+from worker.model import ModelError, ModelTurn
+from worker.prompt import Demonstration, build_messages
+from worker.run import Call, EndReason, Run, RunStatus
+from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Continue:
+    """More to do now."""
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Waiting for people: the job ends and no worker is held."""
+
+
+@dataclass(frozen=True)
+class Finish:
+    status: RunStatus
+    reason: EndReason | None = None
+    detail: str = ""
+
+
+Step = Continue | Suspend | Finish
+
+
+class Clock:
+    """Working time of a run across jobs; waiting for approvals is not counted."""
+
+    def __init__(self, already: float) -> None:
+        self.already = already
+        self.started = time.monotonic()
+
+    def total(self) -> float:
+        return self.already + time.monotonic() - self.started
+
+
+def drive(rt: Runtime, run: Run, lease_token: str) -> None:
+    """Advance `run` until it suspends or ends. The caller holds the run's lease."""
+    clock = Clock(run.usage.active_seconds)
+    if run.status != RunStatus.RUNNING:
+        run.status = RunStatus.RUNNING
+        rt.store.save(run, lease_token)
+    while True:
+        step = next_step(rt, run, clock)
+        run.usage.active_seconds = round(clock.total(), 3)
+        match step:
+            case Continue():
+                rt.store.save(run, lease_token)
+            case Suspend():
+                run.status = RunStatus.AWAITING_APPROVAL
+                rt.store.save(run, lease_token)
+                rt.events.append(run.id, "suspended", approvals=run.pending_approvals)
+                return
+            case Finish():
+                end(rt, run, step, lease_token)
+                return
+
+
+def next_step(rt: Runtime, run: Run, clock: Clock) -> Step:
+    cancelled_by = rt.store.cancel_requested_by(run.id)
+    if cancelled_by is not None:
+        return Finish(RunStatus.PARTIAL, EndReason.CANCELLED, f"cancelled by <@{cancelled_by}>")
+    if run.turn:
+        return resolve_turn(rt, run)
+    spent = exhausted(run.budgets, run.usage, clock.total())
+    if spent is not None:
+        return Finish(RunStatus.PARTIAL, *spent)
+    return call_model(rt, run, clock)
+
+
+def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
+    model = rt.require_model()
+    allowed = rt.policy.allowed_tools(frozenset(run.requester.roles))
+    demos = select_demos(rt, run, set(allowed))
+    specs = [rt.registry.get(name).openai_spec() for name in allowed]  # type: ignore[union-attr]
+    remaining = run.budgets.deadline_seconds - clock.total()
+    timeout = max(1.0, min(rt.settings.model_timeout, remaining))
+    rt.surface(run.origin.get("surface")).progress(
+        run, f"Thinking (step {run.usage.steps + 1} of {run.budgets.max_steps})"
+    )
+    try:
+        messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
+        turn = model.complete(messages, specs, timeout)
+    except ModelError as exc:
+        rt.events.append(run.id, "model_error", error=exc.detail, timeout=timeout)
+        if exc.timed_out and timeout < rt.settings.model_timeout:
+            return Finish(
+                RunStatus.PARTIAL, EndReason.DEADLINE, "ran out of time waiting for the model"
+            )
+        return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, exc.detail)
+    record_usage(rt, run, turn)
+    if turn.refusal:
+        return Finish(
+            RunStatus.PARTIAL, EndReason.REFUSED, f"the model refused: {turn.refusal[:500]}"
+        )
+    if turn.finish_reason == "length":
+        return Finish(RunStatus.PARTIAL, EndReason.LENGTH, "the model's reply was cut off (length)")
+    if turn.finish_reason == "content_filter":
+        return Finish(
+            RunStatus.PARTIAL,
+            EndReason.CONTENT_FILTER,
+            "the model's reply was withheld by its filter",
+        )
+    if turn.calls:
+        return plan_calls(rt, run, turn)
+    if not (turn.content or "").strip():
+        return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, "the model gave an empty answer")
+    run.messages.append({"role": "assistant", "content": turn.content})
+    run.answer = turn.content
+    check_grounding(rt, run)
+    return Finish(RunStatus.COMPLETED)
+
+
+def check_grounding(rt: Runtime, run: Run) -> None:
+    """Numbers in the answer must come from a tool result or from what the user wrote."""
+    sources = [
+        str(m.get("content") or "") for m in run.messages if m.get("role") in ("tool", "user")
+    ]
+    run.ungrounded = untraceable(run.answer or "", sources)
+    if run.ungrounded:
+        rt.events.append(run.id, "ungrounded_numbers", numbers=run.ungrounded)
+
+
+def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration]:
+    """Chosen once, at the run's first model call; later steps show the same ones."""
+    if rt.demos is None:
+        return []
+    if run.usage.steps == 0 and not run.demos:
+        demos = rt.demos.select(run.question, allowed)
+        run.demos = [d.id for d in demos]
+        rt.events.append(run.id, "demos_selected", demos=run.demos)
+        return demos
+    return rt.demos.lookup(run.demos)
+
+
+def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
+    usage = run.usage
+    usage.steps += 1
+    usage.prompt_tokens += turn.prompt_tokens
+    usage.completion_tokens += turn.completion_tokens
+    cost = rt.prices.cost(run.model, turn.prompt_tokens, turn.completion_tokens)
+    usage.cost = round(usage.cost + cost, 8)
+    rt.events.append(
+        run.id,
+        "model_call",
+        step=usage.steps,
+        finish_reason=turn.finish_reason,
+        prompt_tokens=turn.prompt_tokens,
+        completion_tokens=turn.completion_tokens,
+        cost=round(cost, 8),
+        seconds=round(turn.seconds, 3),
+        content=(turn.content or "")[:2000],
+        calls=[{"id": c.id, "name": c.name, "arguments": c.arguments[:2000]} for c in turn.calls],
+    )
+
+
+def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
+    """Check every proposed call; run reads now; ask people about writes."""
+    run.messages.append(
+        {
+            "role": "assistant",
+            "content": turn.content,
+            "tool_calls": [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in turn.calls
+            ],
+        }
+    )
+    run.usage.tool_calls += len(turn.calls)
+    if run.usage.tool_calls > run.budgets.max_tool_calls:
+        return Finish(
+            RunStatus.PARTIAL,
+            EndReason.TOOL_CALLS,
+            f"the model asked for {run.usage.tool_calls} tool calls "
+            f"(limit {run.budgets.max_tool_calls})",
+        )
+    run.turn = [Call(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls]
+    for call in run.turn:
+        repeated = check_call(rt, run, call)
+        if repeated is not None:
+            return repeated
+    executor.run_reads(rt, run, [c for c in run.turn if c.effect == "read"])
+    for call in run.turn:
+        if call.effect == "write":
+            request_approval(rt, run, call)
+    return Continue()
+
+
+def check_call(rt: Runtime, run: Run, call: Call) -> Finish | None:
+    """Decode, validate, authorize, detect repeats. Failures become the call's observation."""
+    tool = rt.registry.get(call.name)
+    roles = frozenset(run.requester.roles)
+    if tool is None or call.name not in rt.policy.allowed_tools(roles):
+        if tool is None:
+            text = f"Error: there is no tool named {call.name[:64]!r}."
+        else:
+            text = f"Error: you may not call {call.name}."
+        allowed = ", ".join(rt.policy.allowed_tools(roles)) or "none"
+        observe_denial(rt, run, call, f"{text} Tools you may call: {allowed}.")
+        return None
+    try:
+        args = decode_arguments(tool, call.arguments)
+    except ArgumentError as exc:
+        call.state, call.result = "done", f"Error: invalid arguments for {call.name}: {exc}"
+        rt.events.append(run.id, "tool_invalid", call_id=call.id, tool=call.name, error=str(exc))
+        return None
+    denial = rt.policy.authorize(call.name, roles, args)
+    if denial is not None:
+        observe_denial(rt, run, call, f"Error: {denial.reason}")
+        return None
+    fingerprint = hashlib.sha256(canonical_json([call.name, args]).encode()).hexdigest()[:16]
+    if fingerprint in run.seen_calls:
+        rt.events.append(run.id, "repeated_call", call_id=call.id, tool=call.name, args=args)
+        return Finish(
+            RunStatus.PARTIAL,
+            EndReason.REPEATED_CALL,
+            f"the model asked for {call.name} with the same arguments again",
+        )
+    run.seen_calls.append(fingerprint)
+    call.args, call.effect = args, tool.effect
+    return None
+
+
+def observe_denial(rt: Runtime, run: Run, call: Call, text: str) -> None:
+    call.state, call.result = "done", text
+    rt.events.append(
+        run.id, "tool_denied", call_id=call.id, tool=call.name, user=run.requester.user_id, why=text
+    )
+
+
+def request_approval(rt: Runtime, run: Run, call: Call) -> None:
+    assert call.args is not None
+    request = rt.approvals.create(
+        run_id=run.id,
+        call_id=call.id,
+        tool=call.name,
+        args=call.args,
+        requester=run.requester.user_id,
+        team_id=run.requester.team_id,
+        channel_id=run.requester.channel_id,
+        policy_version=rt.policy.version,
+        ttl=rt.settings.approval_ttl,
+    )
+    call.approval_id = request.id
+    rt.queue.enqueue_in(
+        timedelta(seconds=rt.settings.approval_ttl),
+        "worker.jobs.expire_approval",
+        request.id,
+        job_id=f"expire-{request.id}",
+    )
+    rt.events.append(
+        run.id,
+        "approval_requested",
+        approval_id=request.id,
+        call_id=call.id,
+        tool=call.name,
+        args=call.args,
+        approvers=rt.policy.approvers_text(call.name),
+        expires_at=request.expires_at,
+    )
+    tool = rt.registry.get(call.name)
+    assert tool is not None
+    rt.surface(run.origin.get("surface")).approval_requested(run, request, tool)
+
+
+def resolve_turn(rt: Runtime, run: Run) -> Step:
+    """Collect the decided writes of the open turn; suspend while any is undecided."""
+    for call in run.turn:
+        if call.state == "done":
+            continue
+        if call.approval_id is None:  # the worker stopped between planning and asking
+            request_approval(rt, run, call)
+            continue
+        request = rt.approvals.get(call.approval_id)
+        if request.status == ApprovalStatus.PENDING:
+            continue
+        # The ledger keeps the outcome, so a crash after this line replays it instead of re-running.
+        call.result = executor.run_decided(rt, run, call, request)
+        call.state = "done"
+    if any(c.state == "pending" for c in run.turn):
+        rt.surface(run.origin.get("surface")).progress(run, "Waiting for approval")
+        return Suspend()
+    for call in run.turn:
+        run.messages.append({"role": "tool", "tool_call_id": call.id, "content": call.result or ""})
+    run.turn = []
+    return Continue()
+
+
+def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
+    for approval_id in run.pending_approvals:
+        decision = rt.approvals.withdraw(approval_id, finish.detail or "the run ended")
+        if decision.won:
+            rt.surface(run.origin.get("surface")).approval_resolved(run, decision.request)
+    run.status, run.reason, run.detail = finish.status, finish.reason, finish.detail
+    run.ended_at = time.time()
+    if run.answer and run.notes:
+        run.answer += "\n\n" + "\n".join(f"_Note: {note}_" for note in run.notes)
+    rt.store.save(run, lease_token)
+    rt.events.append(
+        run.id,
+        f"run_{finish.status.value}",
+        reason=finish.reason.value if finish.reason else None,
+        detail=finish.detail,
+        answer=(run.answer or "")[:4000],
+        steps=run.usage.steps,
+        tokens=run.usage.tokens,
+        cost=run.usage.cost,
+        seconds=run.usage.active_seconds,
+    )
+    log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
+    rt.surface(run.origin.get("surface")).finished(run)

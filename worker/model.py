@@ -1,0 +1,129 @@
+"""The model adapter: Chat Completions with native function calling through the openai SDK."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+import structlog
+
+log = structlog.get_logger(__name__)
+
+MAX_ARGUMENTS_KEPT = 64 * 1024  # what we keep of a call's raw arguments for the transcript
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    finish_reason: str  # stop | tool_calls | length | content_filter (anything else is kept as is)
+    content: str | None = None
+    refusal: str | None = None
+    calls: list[ProposedCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+class ModelError(Exception):
+    """The model could not be reached or refused the request after the client's own retries."""
+
+    def __init__(self, detail: str, *, timed_out: bool = False) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.timed_out = timed_out
+
+
+class ModelNotConfigured(RuntimeError):
+    pass
+
+
+class ModelClient:
+    """One client per process; the SDK retries 408/409/429/5xx and connection errors itself,
+    with bounded exponential backoff that honours Retry-After."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None,
+        base_url: str | None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        if not api_key and not base_url:
+            raise ModelNotConfigured(
+                "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use "
+                "OpenAI, or OPENAI_BASE_URL to use any OpenAI-compatible server."
+            )
+        self.model = model
+        self.timeout = timeout
+        self.client = openai.OpenAI(
+            api_key=api_key or "not-needed",
+            base_url=base_url,
+            timeout=openai.Timeout(timeout, connect=5.0),
+            max_retries=max_retries,
+        )
+
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
+    ) -> ModelTurn:
+        started = time.monotonic()
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            request["tools"] = tools
+            request["parallel_tool_calls"] = True
+        try:
+            client = self.client.with_options(timeout=openai.Timeout(timeout, connect=5.0))
+            response = client.chat.completions.create(**request)
+        except openai.APITimeoutError as exc:
+            raise ModelError(
+                f"the model did not answer within {timeout:.0f} s", timed_out=True
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise ModelError("could not reach the model server (connection failed)") from exc
+        except openai.APIStatusError as exc:
+            raise ModelError(
+                f"the model server answered HTTP {exc.status_code}: {_short(exc)}"
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise ModelError(f"model client error: {type(exc).__name__}") from exc
+        if not response.choices:
+            raise ModelError("the model server returned no choices")
+        choice = response.choices[0]
+        message = choice.message
+        calls = [
+            ProposedCall(
+                id=call.id,
+                name=call.function.name,
+                arguments=(call.function.arguments or "")[:MAX_ARGUMENTS_KEPT],
+            )
+            for call in (message.tool_calls or [])
+            if call.type == "function"
+        ]
+        usage = response.usage
+        return ModelTurn(
+            finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
+            content=message.content,
+            refusal=getattr(message, "refusal", None),
+            calls=calls,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            seconds=time.monotonic() - started,
+        )
+
+
+def _short(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])[:300]
+    return str(exc.message)[:300]

@@ -1,0 +1,143 @@
+"""The run: one versioned JSON document per question, and what can end it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+
+class RunSchemaError(ValueError):
+    """A stored run was written by a version of Switchboard this one does not understand."""
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.PARTIAL, RunStatus.FAILED)
+
+
+class EndReason(StrEnum):
+    """Why a run ended `partial` (or `failed`). Always recorded; shown to people in plain words."""
+
+    MAX_STEPS = "max_steps"
+    DEADLINE = "deadline"
+    TOKENS = "tokens"
+    COST = "cost"
+    TOOL_CALLS = "tool_calls"
+    REPEATED_CALL = "repeated_call"
+    CANCELLED = "cancelled"
+    LENGTH = "length"
+    CONTENT_FILTER = "content_filter"
+    REFUSED = "refused"
+    MODEL_ERROR = "model_error"
+    INTERNAL_ERROR = "internal_error"
+
+
+class Requester(BaseModel):
+    """Who asked, from the surface's verified payload. Never from the model."""
+
+    user_id: str
+    team_id: str = ""
+    channel_id: str = ""
+    roles: list[str] = Field(default_factory=list)
+
+
+class Budgets(BaseModel):
+    max_steps: int = 8
+    deadline_seconds: float = 300.0  # working time; time spent waiting for people is not counted
+    max_tokens: int = 100_000
+    max_cost: float = 1.0  # in the price table's currency (USD by default)
+    max_tool_calls: int = 24
+
+
+class Usage(BaseModel):
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    tool_calls: int = 0
+    active_seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+CallState = Literal["pending", "done"]
+
+
+class Call(BaseModel):
+    """One tool call the model proposed in the current turn, until its result is in."""
+
+    id: str
+    name: str
+    arguments: str  # as the model wrote it (capped), for the transcript
+    args: dict[str, Any] | None = None  # decoded and validated; None when it was invalid
+    effect: Literal["read", "write", "none"] = "none"
+    state: CallState = "pending"
+    result: str | None = None
+    approval_id: str | None = None
+
+
+class Run(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    status: RunStatus = RunStatus.QUEUED
+    question: str
+    requester: Requester
+    model: str = ""
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+    ended_at: float | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)  # transcript, no instructions
+    turn: list[Call] = Field(default_factory=list)  # calls of the last model turn still open
+    seen_calls: list[str] = Field(default_factory=list)  # hashes of (tool, args) already made
+    budgets: Budgets = Field(default_factory=Budgets)
+    usage: Usage = Field(default_factory=Usage)
+    answer: str | None = None
+    reason: EndReason | None = None
+    detail: str = ""  # the reason in words, or the error
+    notes: list[str] = Field(default_factory=list)  # caveats the answer must carry
+    ungrounded: list[str] = Field(default_factory=list)  # numbers in the answer no source has
+    demos: list[str] = Field(default_factory=list)  # ids of the demonstrations shown to the model
+    origin: dict[str, str] = Field(
+        default_factory=dict
+    )  # where it came from (surface, channel, ts)
+    parent_id: str | None = None  # the run this one continues (a thread reply)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Run:
+        data = json.loads(raw)
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if version != SCHEMA_VERSION:
+            raise RunSchemaError(
+                f"stored run has schema_version {version!r}; "
+                f"this Switchboard reads {SCHEMA_VERSION}"
+            )
+        return cls.model_validate(data)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_defaults=False)
+
+    @property
+    def pending_approvals(self) -> list[str]:
+        return [c.approval_id for c in self.turn if c.state == "pending" and c.approval_id]
+
+
+def new_run_id() -> str:
+    """Sortable by creation time, short enough for a Slack button value."""
+    return f"r{int(time.time() * 1000):x}{secrets.token_hex(4)}"

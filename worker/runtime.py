@@ -1,0 +1,107 @@
+"""Everything a job needs, built once per process by the composition root."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis
+import structlog
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from approvals import ApprovalStore, ExecutionLedger
+from tools import Policy, ToolRegistry
+from worker.budgets import PriceTable
+from worker.events import EventLog
+from worker.model import ModelClient, ModelNotConfigured
+from worker.run import Budgets
+from worker.store import RunStore
+from worker.surface import SilentSurface, Surface
+
+log = structlog.get_logger(__name__)
+
+
+class DemoSelector(Protocol):
+    """Picks demonstrations for a question (the task library); see worker/demos.py."""
+
+    def select(self, question: str, allowed_tools: set[str]) -> list[Any]: ...
+
+    def lookup(self, ids: list[str]) -> list[Any]: ...
+
+
+@dataclass
+class Settings:
+    queue_name: str = "switchboard"
+    namespace: str = "sb:"
+    lease_seconds: float = 15.0
+    approval_ttl: float = 24 * 3600.0
+    sweep_interval: float = 5.0
+    retention: int = 30 * 24 * 3600
+    model_timeout: float = 60.0
+    model_retries: int = 2
+    budgets: Budgets = field(default_factory=Budgets)
+    demos_as_text: bool = False  # demonstrations as text in the instructions, not as messages
+
+    @property
+    def job_timeout(self) -> int:
+        """RQ must never kill a job that is still inside its budget: a job works at most the
+        run's deadline (each model call is cut to what is left of it), plus one last tool call
+        (tools have their own timeouts) and bookkeeping."""
+        return int(self.budgets.deadline_seconds + self.model_timeout + 120)
+
+
+@dataclass
+class Runtime:
+    redis: redis.Redis
+    registry: ToolRegistry
+    policy: Policy
+    model: ModelClient | None
+    settings: Settings = field(default_factory=Settings)
+    prices: PriceTable = field(default_factory=PriceTable)
+    surfaces: dict[str, Surface] = field(default_factory=dict)
+    demos: DemoSelector | None = None
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=8, thread_name_prefix="tool")
+    )
+
+    def __post_init__(self) -> None:
+        ns = self.settings.namespace
+        self.store = RunStore(self.redis, ns, self.settings.retention)
+        self.events = EventLog(self.redis, ns)
+        self.approvals = ApprovalStore(self.redis, due_key=self.store.due_key, namespace=ns)
+        self.ledger = ExecutionLedger(self.redis, ns)
+        self.queue = Queue(
+            self.settings.queue_name, connection=self.redis, serializer=JSONSerializer
+        )
+
+    def surface(self, name: str | None) -> Surface:
+        return self.surfaces.get(name or "", _SILENT)
+
+    def require_model(self) -> ModelClient:
+        if self.model is None:
+            raise ModelNotConfigured(
+                "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use "
+                "OpenAI, or OPENAI_BASE_URL to use any OpenAI-compatible server."
+            )
+        return self.model
+
+
+_SILENT = SilentSurface()
+_current: Runtime | None = None
+
+
+def install(runtime: Runtime) -> None:
+    """Make `runtime` the one RQ jobs in this process use."""
+    global _current
+    _current = runtime
+
+
+def current() -> Runtime:
+    if _current is None:
+        raise RuntimeError(
+            "no Switchboard runtime installed in this process; start workers with "
+            "`switchboard worker` (or call worker.runtime.install first)"
+        )
+    return _current

@@ -1,0 +1,174 @@
+"""What surfaces (Slack, the console, the CLI) ask of the runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import structlog
+
+from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
+from worker.jobs import enqueue_advance
+from worker.run import Requester, Run, RunStatus, new_run_id
+from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+MAX_QUESTION_CHARS = 4000
+MAX_HISTORY_MESSAGES = 20
+
+
+class QuestionRejected(ValueError):
+    pass
+
+
+def submit(
+    rt: Runtime,
+    question: str,
+    requester: Requester,
+    *,
+    origin: dict[str, str] | None = None,
+    parent: Run | None = None,
+) -> Run:
+    """Create a run and queue it. `parent` continues that run's conversation (a thread reply)."""
+    text = question.strip()
+    if not text:
+        raise QuestionRejected("The question is empty.")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise QuestionRejected(
+            f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}."
+        )
+    history = conversation(parent) if parent is not None else []
+    run = Run(
+        id=new_run_id(),
+        question=text,
+        requester=requester,
+        model=rt.model.model if rt.model else "",
+        messages=[*history, {"role": "user", "content": text}],
+        budgets=rt.settings.budgets.model_copy(),
+        origin=dict(origin or {}),
+        parent_id=parent.id if parent else None,
+    )
+    rt.store.create(run)
+    rt.events.append(
+        run.id,
+        "run_created",
+        user=requester.user_id,
+        channel=requester.channel_id,
+        roles=requester.roles,
+        question=text,
+        parent=run.parent_id,
+    )
+    enqueue_advance(rt, run.id)
+    return run
+
+
+def conversation(parent: Run) -> list[dict[str, str]]:
+    """The questions and answers of a finished conversation, without its tool chatter."""
+    turns = [
+        {"role": m["role"], "content": m["content"]}
+        for m in parent.messages
+        if m.get("role") in ("user", "assistant") and not m.get("tool_calls") and m.get("content")
+    ]
+    return turns[-MAX_HISTORY_MESSAGES:]
+
+
+class DecisionResult(StrEnum):
+    DECIDED = "decided"
+    NOT_ALLOWED = "not_allowed"
+    ALREADY_DECIDED = "already_decided"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True)
+class DecisionOutcome:
+    result: DecisionResult
+    request: ApprovalRequest | None = None
+    approvers: str = ""  # who may decide, in words (for a refusal)
+
+
+def decide(
+    rt: Runtime,
+    approval_id: str,
+    *,
+    decider_id: str,
+    decider_roles: frozenset[str],
+    approve: bool,
+    reason: str = "",
+) -> DecisionOutcome:
+    """Approve or reject. Checks the decider against the policy; of concurrent decisions
+    exactly one wins, the others learn who decided."""
+    try:
+        request = rt.approvals.get(approval_id)
+    except ApprovalNotFound:
+        return DecisionOutcome(DecisionResult.NOT_FOUND)
+    approvers = rt.policy.approvers_text(request.tool)
+    if request.decided:
+        return DecisionOutcome(DecisionResult.ALREADY_DECIDED, request, approvers)
+    if not rt.policy.may_decide(request.tool, request.requester, decider_id, decider_roles):
+        rt.events.append(request.run_id, "decision_refused", approval_id=approval_id, by=decider_id)
+        return DecisionOutcome(DecisionResult.NOT_ALLOWED, request, approvers)
+    status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+    decision = rt.approvals.decide(approval_id, status, decider_id, reason.strip())
+    if not decision.won:
+        return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
+    rt.events.append(
+        request.run_id,
+        "approval_decided",
+        approval_id=approval_id,
+        tool=request.tool,
+        status=decision.request.status.value,
+        by=decider_id,
+        reason=decision.request.reason,
+    )
+    enqueue_advance(rt, request.run_id)
+    return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
+
+
+class CancelResult(StrEnum):
+    CANCELLING = "cancelling"
+    NOT_ALLOWED = "not_allowed"
+    ALREADY_ENDED = "already_ended"
+    NOT_FOUND = "not_found"
+
+
+def cancel(rt: Runtime, run_id: str, *, by: str, roles: frozenset[str]) -> CancelResult:
+    """The requester or an admin may cancel; the run ends `partial` at its next step."""
+    run = rt.store.find(run_id)
+    if run is None:
+        return CancelResult.NOT_FOUND
+    if by != run.requester.user_id and not rt.policy.is_admin(roles):
+        return CancelResult.NOT_ALLOWED
+    if run.status.terminal:
+        return CancelResult.ALREADY_ENDED
+    rt.store.request_cancel(run_id, by)
+    rt.events.append(run_id, "cancel_requested", by=by)
+    enqueue_advance(rt, run_id)
+    return CancelResult.CANCELLING
+
+
+def may_inspect(rt: Runtime, run: Run, user_id: str, roles: frozenset[str]) -> bool:
+    return run.requester.user_id == user_id or rt.policy.is_admin(roles)
+
+
+def pending_for(rt: Runtime, user_id: str, roles: frozenset[str]) -> list[ApprovalRequest]:
+    """Approval requests this person may decide now."""
+    return [
+        r
+        for r in rt.approvals.pending()
+        if rt.policy.may_decide(r.tool, r.requester, user_id, roles)
+    ]
+
+
+__all__ = [
+    "CancelResult",
+    "DecisionOutcome",
+    "DecisionResult",
+    "QuestionRejected",
+    "RunStatus",
+    "cancel",
+    "decide",
+    "may_inspect",
+    "pending_for",
+    "submit",
+]

@@ -1,0 +1,166 @@
+"""Runs in Redis: the document, its indexes, the due set, cancellation marks, retention."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from approvals import WAKE_LUA
+from worker.run import Run, RunStatus
+
+# KEYS: doc, lease, new status index, events, then the other status indexes.
+# ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep).
+# A worker that lost its lease (it stalled and another took over) can no longer overwrite.
+_SAVE = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
+for i = 5, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+return 1
+"""
+
+_WAKE = WAKE_LUA + "\nwake(KEYS[1], ARGV[1])\nreturn 1\n"
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+class LeaseLost(RuntimeError):
+    """This worker no longer holds the run's lease; another worker has taken over."""
+
+
+class RunStore:
+    def __init__(
+        self, connection: redis.Redis, namespace: str = "sb:", retention: int = 30 * 24 * 3600
+    ) -> None:
+        self.redis = connection
+        self.ns = namespace
+        self.retention = retention
+        self._save = connection.register_script(_SAVE)
+        self._wake = connection.register_script(_WAKE)
+
+    # keys
+    def key(self, run_id: str) -> str:
+        return f"{self.ns}run:{run_id}"
+
+    def lease_key(self, run_id: str) -> str:
+        return f"{self.ns}run:{run_id}:lease"
+
+    def cancel_key(self, run_id: str) -> str:
+        return f"{self.ns}run:{run_id}:cancel"
+
+    def events_key(self, run_id: str) -> str:
+        return f"{self.ns}run:{run_id}:events"
+
+    def status_key(self, status: RunStatus) -> str:
+        return f"{self.ns}runs:status:{status.value}"
+
+    def user_key(self, user_id: str) -> str:
+        return f"{self.ns}runs:user:{user_id}"
+
+    @property
+    def all_key(self) -> str:
+        return f"{self.ns}runs:all"
+
+    @property
+    def due_key(self) -> str:
+        return f"{self.ns}runs:due"
+
+    # documents
+    def create(self, run: Run) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(self.key(run.id), run.to_json(), nx=True)
+        pipe.zadd(self.all_key, {run.id: run.created_at})
+        pipe.zadd(self.user_key(run.requester.user_id), {run.id: run.created_at})
+        pipe.zadd(self.status_key(run.status), {run.id: run.updated_at})
+        pipe.execute()
+        self.wake(run.id)
+
+    def load(self, run_id: str) -> Run:
+        raw = self.redis.get(self.key(run_id))
+        if raw is None:
+            raise RunNotFound(run_id)
+        return Run.from_json(raw)
+
+    def find(self, run_id: str) -> Run | None:
+        try:
+            return self.load(run_id)
+        except RunNotFound:
+            return None
+
+    def save(self, run: Run, lease_token: str = "") -> None:
+        run.updated_at = time.time()
+        others = [self.status_key(s) for s in RunStatus if s != run.status]
+        ttl = self.retention if run.status.terminal else 0
+        saved = self._save(
+            keys=[
+                self.key(run.id),
+                self.lease_key(run.id),
+                self.status_key(run.status),
+                self.events_key(run.id),
+                *others,
+            ],
+            args=[lease_token, run.to_json(), run.id, run.updated_at, ttl],
+        )
+        if not saved:
+            raise LeaseLost(run.id)
+
+    # scheduling
+    def wake(self, run_id: str) -> None:
+        """Mark the run as needing a worker (the sweeper enqueues it if nobody does)."""
+        self._wake(keys=[self.due_key], args=[run_id])
+
+    def due_score(self, run_id: str) -> str:
+        score = self.redis.zscore(self.due_key, run_id)
+        return "" if score is None else repr(score)
+
+    def overdue(self, older_than: float, limit: int = 200) -> list[str]:
+        cutoff_ms = (time.time() - older_than) * 1000
+        ids = self.redis.zrangebyscore(self.due_key, 0, cutoff_ms, 0, limit)
+        return [i.decode() for i in ids]
+
+    # cancellation lives beside the document so a worker holding the lease cannot overwrite it
+    def request_cancel(self, run_id: str, by: str) -> None:
+        self.redis.set(self.cancel_key(run_id), by, ex=self.retention)
+        self.wake(run_id)
+
+    def cancel_requested_by(self, run_id: str) -> str | None:
+        who = self.redis.get(self.cancel_key(run_id))
+        return who.decode() if who is not None else None
+
+    # inspection
+    def list(
+        self,
+        *,
+        user_id: str | None = None,
+        status: RunStatus | None = None,
+        limit: int = 20,
+    ) -> list[Run]:
+        """Newest first. Filters by user or status through the indexes."""
+        if status is not None and user_id is None:
+            ids = self.redis.zrevrange(self.status_key(status), 0, limit - 1)
+        else:
+            index = self.user_key(user_id) if user_id else self.all_key
+            ids = self.redis.zrevrange(index, 0, (limit * 5 if status else limit) - 1)
+        raws = self.redis.mget([self.key(i.decode()) for i in ids]) if ids else []
+        runs = [Run.from_json(raw) for raw in raws if raw is not None]
+        if status is not None:
+            runs = [r for r in runs if r.status == status]
+        return runs[:limit]
+
+    def trim_indexes(self) -> None:
+        """Drop index entries of runs past retention (their documents expired on their own)."""
+        cutoff = time.time() - self.retention
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zremrangebyscore(self.all_key, 0, cutoff)
+        for status in RunStatus:
+            if status.terminal:
+                pipe.zremrangebyscore(self.status_key(status), 0, cutoff)
+        pipe.execute()
