@@ -394,6 +394,19 @@ class Selector:
         return out
 
 
+def stem(word: str) -> str:
+    """Plural to singular, enough for "fees"/"fee" and "prerequisites"/"prerequisite"."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def _tokens(texts: list[str]) -> Any:
+    return bm25s.tokenize(texts, stopwords="en", stemmer=stem, show_progress=False)
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=False))
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))

@@ -9,7 +9,7 @@
 Replies are chosen without server state: the turn index is the number of assistant
 messages already in the request, so concurrent conversations and crash-retries replay the
 same turn. Faults (429, 5xx, dropped connections, slow answers) are attached to a turn
-index and consumed once each per conversation (keyed by the first user message).
+index and consumed once each per conversation (keyed by the last user message).
 """
 
 from __future__ import annotations
@@ -205,18 +205,27 @@ def message_text(message: Mapping[str, Any]) -> str:
     return ""
 
 
+def _last_user_index(messages: list[Any]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], Mapping) and messages[i].get("role") == "user":
+            return i
+    return -1
+
+
 def conversation_key(body: Mapping[str, Any]) -> str:
-    """The first user message's text: what faults and routes are keyed on."""
-    for message in body.get("messages") or []:
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return message_text(message)
-    return ""
+    """The LAST user message's text: what faults and routes are keyed on. Earlier user
+    messages are demonstrations or an earlier question in the same thread."""
+    messages = list(body.get("messages") or [])
+    index = _last_user_index(messages)
+    return message_text(messages[index]) if index >= 0 else ""
 
 
 def turn_index(body: Mapping[str, Any]) -> int:
+    """Assistant messages since the last user message: the step of this question."""
+    messages = list(body.get("messages") or [])
     return sum(
         1
-        for message in body.get("messages") or []
+        for message in messages[_last_user_index(messages) + 1 :]
         if isinstance(message, Mapping) and message.get("role") == "assistant"
     )
 
@@ -591,7 +600,7 @@ class FakeOpenAI(FakeServer[Request]):
         """Choose the script per conversation; routes are tried in the order added, before
         the default script.
 
-        route("refund", Script([...])): the first user message contains "refund".
+        route("refund", Script([...])): the last user message contains "refund".
         route({"refund": Script([...]), "fees": [...]}): several substrings at once.
         route(lambda body: ... ): a function of the request JSON returning a Script (or a
         list of turns), a single Turn/Fault/str, or None to pass.
