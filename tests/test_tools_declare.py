@@ -164,7 +164,10 @@ def test_validate_fills_defaults_and_returns_json_values(order_tool: Tool) -> No
         ({"customer": "a", "items": [], "count": 9}, "'count'"),
         ({"customer": "a", "items": [], "speed": "warp"}, "'speed' must be one of"),
         ({"customer": "a", "items": [], "extra": 1}, "unknown parameter 'extra'"),
-        ({"customer": "a", "items": [{"title": "x", "sku": 1}]}, "unknown field 'sku' in 'items[0]'"),
+        (
+            {"customer": "a", "items": [{"title": "x", "sku": 1}]},
+            "unknown field 'sku' in 'items[0]'",
+        ),
     ],
 )
 def test_validation_is_strict(order_tool: Tool, args: dict[str, Any], fragment: str) -> None:
@@ -410,3 +413,29 @@ def test_schema_first_default_effect_is_write() -> None:
     )
     assert declared.effect == "write"
     assert declared.strict
+
+
+def test_descriptions_written_in_code_win_over_the_docstring() -> None:
+    def described(
+        a: Annotated[int, Field(description="From Annotated.", ge=0)],
+        b: int = Field(default=3, description="From Field."),
+        c: Annotated[str, Field(max_length=3)] = "x",
+    ) -> int:
+        """Doc.
+
+        Args:
+            a: From the docstring.
+            b: From the docstring.
+            c: From the docstring.
+        """
+        return a
+
+    properties = make_tool(described).parameters["properties"]
+    assert properties["a"] == {"description": "From Annotated.", "minimum": 0, "type": "integer"}
+    assert properties["b"]["description"] == "From Field."
+    assert properties["c"] == {
+        "default": "x",
+        "description": "From the docstring.",
+        "maxLength": 3,
+        "type": "string",
+    }

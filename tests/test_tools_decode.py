@@ -9,8 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tools import ArgumentError, Tool, ToolRegistry, canonical_json, decode_arguments
-from tools import make_tool, register_tool
+from tools import (
+    ArgumentError,
+    Tool,
+    ToolRegistry,
+    canonical_json,
+    decode_arguments,
+    make_tool,
+    register_tool,
+)
 from tools.decode import MAX_ARGUMENT_BYTES, MAX_DEPTH, nesting_exceeds
 
 
@@ -89,7 +96,7 @@ def test_unknown_fields_are_rejected() -> None:
     assert "unknown parameter 'pets'" in message
     assert "destination (string, required)" in message
     assert "nights (integer, required)" in message
-    assert "travel_class (one of \"economy\", \"business\", default \"economy\")" in message
+    assert 'travel_class (one of "economy", "business", default "economy")' in message
 
 
 def test_extra_property_in_nested_object_is_rejected() -> None:
@@ -104,7 +111,9 @@ def test_wrong_types_are_rejected_without_coercion() -> None:
     assert "'nights' must be integer (got number)" in decode_error(
         TYPED, '{"destination": "Pune", "nights": 2.5}'
     )
-    assert "'ids[1]' must be integer (got string)" in decode_error(SCHEMA_FIRST, '{"ids": [1, "2"]}')
+    assert "'ids[1]' must be integer (got string)" in decode_error(
+        SCHEMA_FIRST, '{"ids": [1, "2"]}'
+    )
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
@@ -177,6 +186,9 @@ def test_raw_must_be_a_string() -> None:
 def test_lone_surrogates_are_rejected() -> None:
     assert "lone surrogate" in decode_error(TYPED, '{"destination": "\\ud800", "nights": 1}')
     assert "lone surrogate" in decode_error(TYPED, '{"destination": "\ud800", "nights": 1}')
+    near_limit = '{"destination": "\\udc00", "nights": 1, "x": [' + "1," * 16_000 + "1]}"
+    assert len(near_limit) < MAX_ARGUMENT_BYTES
+    assert "lone surrogate" in decode_error(SCHEMA_FIRST, near_limit)
     ok = decode_arguments(TYPED, '{"destination": "\\ud83d\\ude00", "nights": 1}')
     assert ok["destination"] == "😀"
 

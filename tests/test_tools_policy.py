@@ -216,7 +216,10 @@ def test_approvers_text(policy: Policy, tmp_path: Path, registry: ToolRegistry) 
     assert policy.approvers_text("close_ticket") == "@support"
     assert policy.approvers_text("calculate") == "nobody (it needs no approval)"
     both = Policy.load(
-        write(tmp_path, "roles: {admins: [U1]}\ntools:\n  create_ticket: {approvers: [requester, admins]}\n"),
+        write(
+            tmp_path,
+            "roles: {admins: [U1]}\ntools:\n  create_ticket: {approvers: [requester, admins]}\n",
+        ),
         registry,
     )
     assert both.approvers_text("create_ticket") == "the requester or @admins"

@@ -14,11 +14,12 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar, overload
+from typing import Annotated, Any, TypeVar, get_args, get_origin, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.errors import PydanticUserError
+from pydantic.fields import FieldInfo
 
 from tools.context import ToolContext
 from tools.decode import argument_error, canonical_json, pydantic_problems
@@ -234,8 +235,12 @@ class _Signature:
     def model(self, tool_name: str, docs: dict[str, str]) -> type[BaseModel]:
         fields: dict[str, Any] = {}
         for index, (parameter, hint) in enumerate(self.parameters):
-            info = Field(alias=parameter.name, description=docs.get(parameter.name))
             default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+            described = docs.get(parameter.name)
+            if described and not _has_description(hint, default):
+                info = Field(alias=parameter.name, description=described)
+            else:  # a description given in code (Annotated or Field) wins over the docstring
+                info = Field(alias=parameter.name)
             fields[f"p{index}"] = (Annotated[hint, info], default)
         try:
             return create_model(
@@ -276,6 +281,12 @@ class _Signature:
         call.__name__ = f"{tool_name}_handler"
         call.__wrapped__ = func  # type: ignore[attr-defined]
         return call
+
+
+def _has_description(hint: Any, default: Any) -> bool:
+    metadata = get_args(hint)[1:] if get_origin(hint) is Annotated else ()
+    infos = [item for item in (*metadata, default) if isinstance(item, FieldInfo)]
+    return any(info.description for info in infos)
 
 
 def _is_context(hint: Any) -> bool:

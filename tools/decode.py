@@ -92,7 +92,7 @@ def parse_arguments(raw: object, *, tool_name: str, schema: dict[str, Any]) -> d
         )
     if not isinstance(value, dict):
         fail(f"arguments must be a JSON object, got {json_type(value)}")
-    if _utf8_size(json.dumps(value, ensure_ascii=False)) is None:
+    if "\\u" in raw and not _is_utf8_encodable(json.dumps(value, ensure_ascii=False)):
         fail("arguments contain an invalid \\u escape (a lone surrogate)")
     return value
 
@@ -206,6 +206,14 @@ def _utf8_size(text: str) -> int | None:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return None
+
+
+def _is_utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Problem(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
 import structlog
@@ -74,7 +75,12 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
     if entry.state == LedgerState.STARTED:
         return reconcile(rt, run, call, tool, request)
     rt.events.append(
-        run.id, "write_started", approval_id=request.id, call_id=call.id, tool=call.name
+        run.id,
+        "write_started",
+        approval_id=request.id,
+        call_id=call.id,
+        tool=call.name,
+        pid=os.getpid(),
     )
     rt.surface(run.origin.get("surface")).progress(run, f"Running {call.name} (approved)")
     observation = execute(tool, ctx, call.args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 
@@ -41,7 +42,8 @@ class Lease:
         self.redis: redis.Redis = store.redis
         self.run_id = run_id
         self.ms = max(int(seconds * 1000), 100)
-        self.token = secrets.token_hex(8)
+        # the holder's pid in the token: who holds a run is visible to operators and tests
+        self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = self.redis.register_script(_RENEW)

@@ -8,6 +8,7 @@ small outcomes and `drive` dispatches on it.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -168,6 +169,7 @@ def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
         run.id,
         "model_call",
         step=usage.steps,
+        pid=os.getpid(),
         finish_reason=turn.finish_reason,
         prompt_tokens=turn.prompt_tokens,
         completion_tokens=turn.completion_tokens,

@@ -39,15 +39,17 @@ def load(target: ToolRegistry | None = None) -> list[str]:
 
 
 def _same_declaration(a: Tool, b: Tool) -> bool:
-    same_code = (
-        getattr(a.handler, "__wrapped__", a.handler).__qualname__
-        == getattr(b.handler, "__wrapped__", b.handler).__qualname__
-    )
-    return same_code and (a.effect, a.description, a.parameters) == (
-        b.effect,
-        b.description,
-        b.parameters,
-    )
+    """True for the same built-in declared twice (its module was re-imported)."""
+    return _origin(a) == _origin(b) and _contract(a) == _contract(b)
+
+
+def _origin(tool: Tool) -> str:
+    function = getattr(tool.handler, "__wrapped__", tool.handler)
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def _contract(tool: Tool) -> tuple[object, ...]:
+    return (tool.name, tool.effect, tool.description, tool.parameters)
 
 
 load()

@@ -66,7 +66,7 @@ def calculate(expression: str) -> str:
 
 def evaluate(expression: str) -> Fraction:
     """The exact value of `expression`; raises CalculationError."""
-    text = expression.strip()
+    text = " ".join(expression.split())  # newlines and tabs would be syntax errors
     if not text:
         raise CalculationError("the expression is empty")
     if len(text) > MAX_EXPRESSION_CHARS:
@@ -99,7 +99,7 @@ def rounded(value: Fraction, digits: int = ROUNDED_DIGITS) -> str:
     """`value` rounded to `digits` significant digits, in plain or scientific notation."""
     context = Context(prec=digits)
     quotient = context.divide(Decimal(value.numerator), Decimal(value.denominator))
-    if -7 <= quotient.adjusted() < digits:
+    if -5 <= quotient.adjusted() < digits:
         return _trim(format(quotient, "f"))
     mantissa, _, exponent = format(quotient, "e").partition("e")
     return f"{_trim(mantissa)}e{exponent}"

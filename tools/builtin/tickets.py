@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -277,7 +279,7 @@ class TicketStore:
                         db.execute("ROLLBACK")
                         stored: dict[str, Any] = json.loads(row["result"])
                         return stored
-                result = effect(db, now)
+                stored_text = canonical_json(effect(db, now))
                 db.execute(
                     "INSERT INTO executions (tool, idempotency_key, at) VALUES (?, ?, ?)",
                     (tool, key, now),
@@ -286,28 +288,61 @@ class TicketStore:
                     db.execute(
                         "INSERT INTO idempotency_keys (key, tool, request_hash, result, created_at)"
                         " VALUES (?, ?, ?, ?, ?)",
-                        (key, tool, digest, canonical_json(result), now),
+                        (key, tool, digest, stored_text, now),
                     )
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+        result: dict[str, Any] = json.loads(stored_text)  # first run and replays look alike
         return result
 
     def _create_schema(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        """Switch the file to WAL and create the tables, once per file per process."""
+        with _schema_lock:
+            if _file_identity(self.path) in _schema_ready:
+                self._ready = True
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+            try:
+                _enable_wal(connection)
+                connection.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                connection.execute("COMMIT")
+            finally:
+                connection.close()
+            _schema_ready.add(_file_identity(self.path))
+        self._ready = True
+
+
+_schema_lock = threading.Lock()
+_schema_ready: set[tuple[str, int]] = set()
+
+
+def _file_identity(path: Path) -> tuple[str, int]:
+    """Path and inode: a deleted and re-created file needs its schema again."""
+    try:
+        return (str(path.resolve()), path.stat().st_ino)
+    except FileNotFoundError:
+        return (str(path), -1)
+
+
+def _enable_wal(connection: sqlite3.Connection) -> None:
+    """PRAGMA journal_mode=WAL, retried: the switch fails fast while another process
+    (another worker creating the same file) holds a lock, without SQLite's busy wait."""
+    deadline = time.monotonic() + 10.0
+    while True:
         try:
             connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    connection.execute(statement)
-            connection.execute("COMMIT")
-        finally:
-            connection.close()
-        self._ready = True
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 # -- the tools ------------------------------------------------------------------

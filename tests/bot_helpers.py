@@ -1,0 +1,146 @@
+"""The Slack bot under test: the real Bolt app behind bot.serve's HTTP server on a local
+port, FakeSlack as the Web API, a real runtime (Redis, RQ SimpleWorker, FakeOpenAI)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from slack_sdk import WebClient
+
+from bot.serve import SlackHTTPServer, build_app
+from bot.surface import SlackSurface
+from tests.fakes.slack_server import (
+    FakeSlack,
+    SignedResponse,
+    block_actions,
+    event_callback,
+    send_signed,
+    slash_command,
+)
+from tests.runtime_helpers import make_runtime, wait_until, work
+from worker.run import Run
+from worker.runtime import Runtime
+
+SECRET = "test-signing-secret"
+TOKEN = "xoxb-test"
+CHANNEL = "C0001"
+
+ALICE = "UALICE"  # asks
+SUPPORT = "USUPPORT"  # may approve tickets (through the @support-team user group)
+SUPPORT2 = "USUPPORT2"
+ADMIN = "UADMIN"
+STRANGER = "USTRANGER"
+
+POLICY = """\
+roles:
+  admins: [UADMIN]
+  support: ["@support-team"]
+admins: [admins]
+tools:
+  create_ticket:
+    allow: [everyone]
+    approvers: [support]
+    self_approval: false
+"""
+
+USERGROUPS = [{"id": "S0SUPPORT", "handle": "support-team", "users": [SUPPORT, SUPPORT2]}]
+
+
+@dataclass
+class BotEnv:
+    rt: Runtime
+    slack: FakeSlack
+    server: SlackHTTPServer
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}/slack/events"
+
+    def post(self, body: str | Mapping[str, Any], **kwargs: Any) -> SignedResponse:
+        return send_signed(self.url, SECRET, body, **kwargs)
+
+    def event(
+        self, event: Mapping[str, Any], *, event_id: str | None = None, **kwargs: Any
+    ) -> SignedResponse:
+        response = self.post(event_callback(event, event_id), **kwargs)
+        assert response.status == 200, response
+        return response
+
+    def click(self, action_id: str, value: str, user: str, **kwargs: Any) -> SignedResponse:
+        response = self.post(block_actions(action_id, value, user_id=user, **kwargs))
+        assert response.status == 200, response
+        return response
+
+    def command(self, text: str, user: str, channel: str = CHANNEL) -> SignedResponse:
+        response = self.post(slash_command("/switchboard", text, user_id=user, channel_id=channel))
+        assert response.status == 200, response
+        return response
+
+    def work(self) -> None:
+        work(self.rt)
+
+    def runs(self) -> list[Run]:
+        return self.rt.store.list(limit=100)
+
+    def wait_for_runs(self, count: int) -> list[Run]:
+        return wait_until(lambda: len(self.runs()) >= count and self.runs(), what="runs")
+
+
+@contextmanager
+def bot_env(
+    conn: redis.Redis, model_url: str, tmp_path: Path, *, policy: str = POLICY
+) -> Iterator[BotEnv]:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(policy)
+    rt = make_runtime(conn, model_url, policy_file=policy_file)
+    with FakeSlack(usergroups=USERGROUPS) as slack:
+        client = WebClient(token=TOKEN, base_url=slack.url)
+        surface = SlackSurface(client, rt, update_interval=0.2)
+        rt.surfaces["slack"] = surface
+        app = build_app(rt, bot_token=TOKEN, signing_secret=SECRET, api_url=slack.url)
+        server = SlackHTTPServer(app, rt, ("127.0.0.1", 0))
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        try:
+            yield BotEnv(rt, slack, server)
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+            surface.close()
+
+
+# -- reading what the bot posted ------------------------------------------------------------------
+
+
+def texts(blocks: Any) -> str:
+    """All text in a block structure, joined: what a reader would see."""
+    if isinstance(blocks, dict):
+        own = blocks["text"] if isinstance(blocks.get("text"), str) else ""
+        return " ".join([own, *(texts(v) for v in blocks.values())]).strip()
+    if isinstance(blocks, list):
+        return " ".join(texts(b) for b in blocks).strip()
+    return ""
+
+
+def buttons(blocks: list[dict[str, Any]]) -> dict[str, str]:
+    """action_id -> value of every button in the blocks."""
+    found: dict[str, str] = {}
+    for block in blocks:
+        elements = list(block.get("elements") or [])
+        if block.get("accessory"):
+            elements.append(block["accessory"])
+        for element in elements:
+            if element.get("type") == "button":
+                found[element["action_id"]] = element.get("value", "")
+    return found
+
+
+def has_button(action_id: str) -> Any:
+    return lambda args: action_id in buttons(args.get("blocks") or [])

@@ -1,0 +1,69 @@
+"""Worker processes for tests: the real `switchboard worker` command in child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_env(redis_url: str, model_url: str, tmp: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SWITCHBOARD_", "SLACK_", "OPENAI_"))
+    }
+    env.update(
+        REDIS_URL=redis_url,
+        OPENAI_BASE_URL=model_url,
+        OPENAI_API_KEY="test",
+        SWITCHBOARD_MODEL="gpt-fake",
+        SWITCHBOARD_TICKETS_DB=str(tmp / "tickets.sqlite3"),
+        SWITCHBOARD_LEASE_SECONDS="1",
+        SWITCHBOARD_SWEEP_SECONDS="0.2",
+        SWITCHBOARD_LOG_FORMAT="json",
+        XDG_DATA_HOME=str(tmp / "data"),
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """`python -m switchboard worker` in a child process; stderr goes to a log file."""
+
+    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+        self.log = log
+        self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "worker", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.handle.close()
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)

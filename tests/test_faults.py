@@ -1,0 +1,246 @@
+"""Break things on purpose: kill -9 workers at each point of a run, restart Redis, race
+decisions. No run may be lost and no approved write may run twice."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests import fault_tools
+from tests.fakes.openai_server import Fault, Script, Turn
+from tests.processes import WorkerProcess, worker_env
+from tests.redis_server import RedisServer
+from tests.runtime_helpers import ALICE, make_runtime, wait_until, work
+from tools import registry, tool_of
+from tools.builtin.tickets import TicketStore
+from worker import service
+from worker.run import RunStatus
+from worker.runtime import Runtime
+
+pytestmark = pytest.mark.slow
+
+LEASE = 0.6
+RECOVERY_BOUND = LEASE + 8.0  # "within the lease expiry plus a few seconds"
+ROUNDS = 20
+
+
+class Cluster:
+    """Two worker processes; a killed one is replaced, as a supervisor would."""
+
+    def __init__(self, env: dict[str, str], logs: Path, size: int = 2) -> None:
+        self.env, self.logs = env, logs
+        self.workers: dict[int, WorkerProcess] = {}
+        self.started = 0
+        for _ in range(size):
+            self.spawn()
+
+    def spawn(self) -> None:
+        self.started += 1
+        worker = WorkerProcess(self.env, self.logs / f"worker-{self.started}.log")
+        self.workers[worker.pid] = worker
+
+    def kill_holder(self, conn: redis.Redis, rt: Runtime, run_id: str) -> int:
+        token = wait_until(lambda: conn.get(rt.store.lease_key(run_id)), what="a lease holder")
+        pid = int(token.decode().split("-")[0])
+        self.workers.pop(pid).kill9()
+        self.spawn()
+        return pid
+
+    def stop(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+
+@pytest.fixture
+def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = tmp_path / "faults"
+    folder.mkdir()
+    monkeypatch.setenv("FAULT_DIR", str(folder))
+    added = [tool_of(f) for f in (fault_tools.slow_read, fault_tools.slow_write)]
+    for t in added:
+        if t.name not in registry:
+            registry.register(t)
+    yield folder
+    for t in added:
+        registry.unregister(t.name)
+
+
+@pytest.fixture
+def cluster(redis_url, model_server, tmp_path, faults) -> Iterator[Cluster]:
+    env = worker_env(
+        redis_url,
+        model_server.url,
+        tmp_path,
+        SWITCHBOARD_TOOLS="tests.fault_tools",
+        FAULT_DIR=str(faults),
+        SWITCHBOARD_LEASE_SECONDS=str(LEASE),
+        SWITCHBOARD_SWEEP_SECONDS="0.1",
+    )
+    group = Cluster(env, tmp_path)
+    yield group
+    (faults / "release").touch()
+    group.stop()
+
+
+def _approve(rt: Runtime, run_id: str) -> None:
+    run = rt.store.load(run_id)
+    outcome = service.decide(
+        rt,
+        run.pending_approvals[0],
+        decider_id="UALICE",
+        decider_roles=frozenset(ALICE.roles),
+        approve=True,
+    )
+    assert outcome.result == service.DecisionResult.DECIDED
+
+
+def _ends(rt: Runtime, run_id: str, killed_at: float):
+    run = wait_until(
+        lambda: (r := rt.store.load(run_id)).status.terminal and r,
+        timeout=RECOVERY_BOUND + 5,
+        what=f"run {run_id} to end after the kill",
+    )
+    assert run.ended_at - killed_at < RECOVERY_BOUND, run.ended_at - killed_at
+    return run
+
+
+def _released(faults: Path) -> None:
+    (faults / "release").touch()
+
+
+def _hold(faults: Path) -> None:
+    (faults / "release").unlink(missing_ok=True)
+
+
+def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_path):
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
+    outcomes: dict[str, list[str]] = {"model": [], "read": [], "write": [], "approved": []}
+    for n in range(ROUNDS):
+        # 1. during a model call: the first call hangs; the worker dies; the call is made again
+        question = f"model kill [{n}]"
+        model_server.route(question, Script([f"answer {n}"], faults={0: [Fault.slow(30)]}))
+        run = service.submit(rt, question, ALICE)
+        model_server.wait_for(
+            lambda q=question: any(q in str(r) for r in model_server.chat_requests)
+        )
+        cluster.kill_holder(redis_conn, rt, run.id)
+        run = _ends(rt, run.id, time.time())
+        assert run.status == RunStatus.COMPLETED and run.answer == f"answer {n}"
+        outcomes["model"].append(run.status.value)
+
+        # 2. during a read tool: the read is simply made again
+        _hold(faults)
+        question = f"read kill [{n}]"
+        model_server.route(
+            question, [Turn(tool_calls=[("slow_read", {"topic": f"t{n}"})]), "read ok"]
+        )
+        run = service.submit(rt, question, ALICE)
+        wait_until(lambda n=n: (faults / f"read-t{n}").exists(), what="the read to start")
+        cluster.kill_holder(redis_conn, rt, run.id)
+        killed = time.time()
+        _released(faults)
+        run = _ends(rt, run.id, killed)
+        assert run.status == RunStatus.COMPLETED, run.detail
+        outcomes["read"].append(run.status.value)
+
+        # 3. during a write tool: never run again; reconciled or reported as unknown
+        _hold(faults)
+        question = f"write kill [{n}]"
+        name = f"w{n}"
+        model_server.route(
+            question, [Turn(tool_calls=[("slow_write", {"name": name})]), "write ok"]
+        )
+        run = service.submit(rt, question, ALICE)
+        wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
+        _approve(rt, run.id)
+        wait_until(lambda w=name: (faults / f"write-{w}").exists(), what="the write to start")
+        cluster.kill_holder(redis_conn, rt, run.id)
+        killed = time.time()
+        _released(faults)
+        run = _ends(rt, run.id, killed)
+        assert fault_tools.starts(faults, name) == 1
+        kinds = [e.kind for e in rt.events.read(run.id)]
+        assert "write_unknown" in kinds and "not retried" in (run.answer or "")
+        outcomes["write"].append("unknown")
+
+        # 4. between the approval and the start of its execution
+        question = f"approved kill [{n}]"
+        name = f"a{n}"
+        model_server.route(question, [Turn(tool_calls=[("slow_write", {"name": name})]), "done"])
+        run = service.submit(rt, question, ALICE)
+        wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
+        _hold(faults)
+        _approve(rt, run.id)
+        cluster.kill_holder(redis_conn, rt, run.id)  # as soon as a worker has taken the run
+        killed = time.time()
+        _released(faults)
+        run = _ends(rt, run.id, killed)
+        count = fault_tools.starts(faults, name)
+        assert count <= 1
+        kinds = [e.kind for e in rt.events.read(run.id)]
+        if "write_unknown" in kinds:
+            outcomes["approved"].append("killed-after-start")
+        else:
+            assert count == 1 and run.status == RunStatus.COMPLETED
+            outcomes["approved"].append("executed-once-after-recovery")
+    print("kill -9 outcomes:", {k: sorted(set(v)) for k, v in outcomes.items()})
+    assert all(len(v) == ROUNDS for v in outcomes.values())
+
+
+def test_pending_approvals_survive_a_redis_restart_with_aof(model_server, tmp_path, tickets_db):
+    server = RedisServer(tmp_path / "aof", appendonly=True).start()
+    try:
+        conn = redis.Redis.from_url(server.url)
+        model_server.route(
+            "restart",
+            [Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Disk"})]), "filed"],
+        )
+        rt = make_runtime(conn, model_server.url)
+        runs = [service.submit(rt, f"restart {i}", ALICE) for i in range(5)]
+        work(rt)
+        assert all(rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL for r in runs)
+
+        server.stop()  # SIGTERM: Redis flushes its AOF and exits
+        server.start()
+        conn = redis.Redis.from_url(server.url)
+        rt = make_runtime(conn, model_server.url)
+        assert len(rt.approvals.pending()) == 5
+        for r in runs:
+            _approve(rt, r.id)
+        work(rt)
+        assert all(rt.store.load(r.id).status == RunStatus.COMPLETED for r in runs)
+        assert TicketStore(tickets_db).count_executions("create_ticket") == 5
+    finally:
+        server.stop()
+
+
+def test_two_hundred_pairs_of_concurrent_decisions(redis_conn, model_server, tickets_db):
+    model_server.route(
+        "pair", [Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Pair"})]), "ok"]
+    )
+    rt = make_runtime(redis_conn, model_server.url)
+    runs = [service.submit(rt, f"pair {i}", ALICE) for i in range(200)]
+    work(rt)
+    approvals = [rt.store.load(r.id).pending_approvals[0] for r in runs]
+    roles = frozenset(ALICE.roles)
+
+    def decide(job: tuple[str, bool]):
+        approval_id, approve = job
+        return service.decide(
+            rt, approval_id, decider_id="UALICE", decider_roles=roles, approve=approve
+        ).result
+
+    # even requests: two approvals race; odd requests: an approval races a rejection
+    jobs = [(a, n % 2 == 0 or i == 0) for n, a in enumerate(approvals) for i in range(2)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(decide, jobs))
+    assert results.count(service.DecisionResult.DECIDED) == 200
+    work(rt)
+    approved = sum(1 for a in approvals if rt.approvals.get(a).status == "approved")
+    assert all(rt.store.load(r.id).status == RunStatus.COMPLETED for r in runs)
+    assert TicketStore(tickets_db).count_executions("create_ticket") == approved

@@ -1,0 +1,130 @@
+"""The `knowledge_lookup` built-in over the shipped catalog and custom files."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tools import ToolContext, execute
+from tools.builtin import knowledge
+from tools.builtin.knowledge import EntryNotFound, KnowledgeError, knowledge_lookup
+
+
+@pytest.fixture(autouse=True)
+def shipped_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(knowledge.ENV_VAR, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("name", "fee", "prerequisites"),
+    [
+        ("Python Basics", 1999, []),
+        ("SQL Basics", 2499, []),
+        ("Django Fundamentals", 2999, ["Python Basics"]),
+        ("Django REST APIs", 3499, ["Django Fundamentals", "SQL Basics"]),
+    ],
+)
+def test_the_course_catalog(name: str, fee: int, prerequisites: list[str]) -> None:
+    entry = knowledge_lookup(name)
+    assert entry["name"] == name
+    assert entry["fee"] == fee
+    assert entry["currency"] == "INR"
+    assert entry["prerequisites"] == prerequisites
+    assert entry["description"]
+
+
+@pytest.mark.parametrize(
+    "name", ["django rest apis", "  DJANGO   REST  APIS ", "djangorestapis", "DRF"]
+)
+def test_matching_ignores_case_and_spaces_and_knows_aliases(name: str) -> None:
+    assert knowledge_lookup(name)["name"] == "Django REST APIs"
+
+
+def test_policies_have_no_fee() -> None:
+    assert knowledge_lookup("refund policy") == {
+        "name": "Refund policy",
+        "fee": None,
+        "currency": None,
+        "prerequisites": [],
+        "description": knowledge_lookup("Refunds")["description"],
+    }
+
+
+def test_a_miss_suggests_close_matches() -> None:
+    with pytest.raises(
+        EntryNotFound, match=r"No entry named 'Pyton Basics'\. Did you mean: Python Basics"
+    ):
+        knowledge_lookup("Pyton Basics")
+    with pytest.raises(EntryNotFound, match="Known entries: Python Basics, SQL Basics"):
+        knowledge_lookup("Kubernetes for Cats")
+
+
+def test_the_tool_returns_json_and_errors_as_observations() -> None:
+    tool = knowledge.TOOLS[0]
+    ctx = ToolContext(user_id="U1")
+    found = execute(tool, ctx, {"name": "SQL Basics"})
+    assert found.ok
+    assert found.value["fee"] == 2499
+    assert '"fee":2499' in found.text
+    missed = execute(tool, ctx, {"name": "Djngo Fundamentals"})
+    assert not missed.ok
+    assert missed.text.startswith("Error: EntryNotFound: No entry named 'Djngo Fundamentals'.")
+    assert "Django Fundamentals" in missed.text
+
+
+def test_env_var_points_at_another_file_which_is_reloaded_when_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "kb.yaml"
+    path.write_text(
+        "currency: USD\nentries:\n  - {name: Go Basics, fee: 10, description: Go.}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv(knowledge.ENV_VAR, str(path))
+    assert knowledge_lookup("go basics")["fee"] == 10
+    assert knowledge_lookup("go basics")["currency"] == "USD"
+    path.write_text(
+        "currency: USD\nentries:\n  - {name: Go Basics, fee: 12, description: 'Go, updated.'}\n",
+        encoding="utf-8",
+    )
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert knowledge_lookup("go basics")["fee"] == 12
+    with pytest.raises(EntryNotFound):
+        knowledge_lookup("Python Basics")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a list\n", "expected a mapping with an 'entries' list"),
+        ("entries:\n  - {name: A}\n", "description must be a string"),
+        ("entries:\n  - {name: A, description: x, fee: -1}\n", "fee must be a non-negative number"),
+        ("entries:\n  - {name: A, description: x, colour: red}\n", "unknown keys ['colour']"),
+        (
+            "entries:\n  - {name: A, description: x, prerequisites: [B]}\n",
+            "prerequisites of 'A' name unknown entries: 'B'",
+        ),
+        (
+            "entries:\n  - {name: A, description: x}\n  - {name: ' a ', description: y}\n",
+            "names both 'A' and 'a'",
+        ),
+        ("entries: [\n", "cannot read the knowledge file"),
+    ],
+)
+def test_malformed_files_say_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    path = tmp_path / "kb.yaml"
+    path.write_text(text, encoding="utf-8")
+    monkeypatch.setenv(knowledge.ENV_VAR, str(path))
+    with pytest.raises(KnowledgeError) as caught:
+        knowledge_lookup("A")
+    assert message in str(caught.value)
+    assert str(path) in str(caught.value)
+
+
+def test_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(knowledge.ENV_VAR, str(tmp_path / "absent.yaml"))
+    with pytest.raises(KnowledgeError, match="knowledge file not found"):
+        knowledge_lookup("A")
