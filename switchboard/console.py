@@ -7,7 +7,9 @@ rather than being called back, so the workers can be anywhere.
 from __future__ import annotations
 
 import getpass
+import json
 import sys
+import time
 from typing import TextIO
 
 from switchboard.render import event_line
@@ -78,14 +80,19 @@ class Console:
     def follow(self, run_id: str) -> Run | None:
         after = "0"
         start: float | None = None
+        asked: list[Event] = []
         while True:
             for event in self.rt.events.wait(run_id, after, block_ms=1000):
                 after = event.id
                 start = event.at if start is None else start
                 for line in event_line(event, start):
                     self.say(line)
-                if event.kind == "approval_requested" and not self.decide(event):
-                    return None
+                if event.kind == "approval_requested":
+                    asked.append(event)
+                if event.kind == "suspended":  # the run waits: now ask, one request at a time
+                    if not all(self.decide(request) for request in asked):
+                        return None
+                    asked.clear()
                 if event.kind.startswith("run_") and event.kind != "run_created":
                     run = self.rt.store.load(run_id)
                     self.show_end(run)
@@ -93,6 +100,11 @@ class Console:
 
     def decide(self, event: Event) -> bool:
         approval_id = event.data["approval_id"]
+        expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(event.data["expires_at"]))
+        self.say(f"\n  Approval needed: {event.data['tool']} ({approval_id})")
+        for line in json.dumps(event.data["args"], indent=2, ensure_ascii=False).splitlines():
+            self.say("    " + line)
+        self.say(f"  May decide: {event.data['approvers']}. Expires {expires}.")
         while True:
             answer = self.ask(DECIDE_PROMPT)
             if answer is None:

@@ -83,6 +83,12 @@ def event_line(event: Event, start: float) -> list[str]:
         return [f"{offset}  {d.get('status')} by {d.get('by')}{reason} ({d.get('approval_id')})"]
     if kind == "approval_expired":
         return [f"{offset}  approval {d.get('approval_id')} expired (denied)"]
+    if kind == "demos_selected":
+        return [f"{offset}  demonstrations: {', '.join(d.get('demos', [])) or 'none'}"]
+    if kind == "suspended":
+        return [f"{offset}  waiting for {len(d.get('approvals', []))} decision(s); no worker held"]
+    if kind == "ungrounded_numbers":
+        return [f"{offset}  UNGROUNDED numbers in the answer: {', '.join(d.get('numbers', []))}"]
     if kind == "decision_refused":
         return [f"{offset}  decision by {d.get('by')} refused: not an approver"]
     if kind in ("write_started", "write_reconciled", "write_unknown"):
