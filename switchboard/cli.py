@@ -16,6 +16,7 @@ from switchboard.settings import Config
 from switchboard.wiring import build_runtime
 from tools import PolicyError
 from worker.demos import DemoError
+from worker.evaluation import CaseError
 from worker.run import RunStatus
 from worker.runtime import Runtime
 
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(config, args)
         return result
-    except (CliError, PolicyError, DemoError) as exc:
+    except (CliError, PolicyError, DemoError, CaseError) as exc:
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
     except redis.ConnectionError as exc:
@@ -110,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = run_verbs.add_parser("cancel", help="cancel a run (as an operator)")
     p.set_defaults(handler=cmd_runs_cancel)
     p.add_argument("run_id")
+
+    from switchboard import demos_cli, eval_cli
+
+    demos_cli.add_commands(verbs)
+    eval_cli.add_command(verbs)
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import openai
 import structlog
@@ -43,6 +43,16 @@ class ModelError(Exception):
 
 class ModelNotConfigured(RuntimeError):
     pass
+
+
+class Model(Protocol):
+    """What the loop needs of a model: the OpenAI-backed client, or a scripted one."""
+
+    model: str
+
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
+    ) -> ModelTurn: ...
 
 
 class ModelClient:

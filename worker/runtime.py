@@ -15,7 +15,7 @@ from approvals import ApprovalStore, ExecutionLedger
 from tools import Policy, ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
-from worker.model import ModelClient, ModelNotConfigured
+from worker.model import Model, ModelNotConfigured
 from worker.run import Budgets
 from worker.store import RunStore
 from worker.surface import SilentSurface, Surface
@@ -57,7 +57,7 @@ class Runtime:
     redis: redis.Redis
     registry: ToolRegistry
     policy: Policy
-    model: ModelClient | None
+    model: Model | None
     settings: Settings = field(default_factory=Settings)
     prices: PriceTable = field(default_factory=PriceTable)
     surfaces: dict[str, Surface] = field(default_factory=dict)
@@ -79,7 +79,7 @@ class Runtime:
     def surface(self, name: str | None) -> Surface:
         return self.surfaces.get(name or "", _SILENT)
 
-    def require_model(self) -> ModelClient:
+    def require_model(self) -> Model:
         if self.model is None:
             raise ModelNotConfigured(
                 "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use "

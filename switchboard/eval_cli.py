@@ -1,0 +1,148 @@
+"""`switchboard eval CASES`: the evaluation harness from the command line.
+
+Each configuration gets its own Redis namespace and queue, and its own copy of the seeded
+ticket store, so runs of one never see the other; everything is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from switchboard import logs
+from switchboard.redisconn import connect
+from switchboard.settings import Config
+from switchboard.wiring import build_selector, load_policy, load_tools, runtime_settings
+from tools import Policy, registry
+from tools.builtin.tickets import TicketStore
+from worker import evaluation, runtime
+from worker.budgets import PriceTable
+from worker.model import Model, ModelClient
+from worker.process import make_worker
+from worker.runtime import Runtime
+
+WRITE_TOOLS = ("create_ticket", "update_ticket", "close_ticket")
+
+
+def add_command(verbs: Any) -> None:
+    p = verbs.add_parser(
+        "eval",
+        help="run evaluation cases through the real pipeline and score them",
+        description=(
+            "Runs every case through Redis, the queue, a worker and the approval flow, and "
+            "reports per case and in total: completed with evidence, incorrect completions, "
+            "safe partials, over-refusals, unauthorized attempts blocked, effects executed, "
+            "steps, tokens, cost and time. By default with and without demonstrations, side "
+            "by side."
+        ),
+    )
+    p.set_defaults(handler=cmd_eval)
+    p.add_argument("cases", type=Path, help="the cases file, e.g. eval/cases.yaml")
+    p.add_argument(
+        "--model",
+        choices=("scripted", "configured"),
+        default="scripted",
+        help="the cases' scripted turns (offline, default) or the configured model",
+    )
+    p.add_argument("--no-demos", action="store_true", help="only run without demonstrations")
+    p.add_argument("--json", type=Path, metavar="OUT", help="also write the full report here")
+
+
+def cmd_eval(config: Config, args: argparse.Namespace) -> int:
+    logs.configure(config.log_format, logging.WARNING)  # the table is the output
+    suite = evaluation.load(args.cases)
+    load_tools(config)
+    if suite.policy:
+        policy = Policy.parse(suite.policy, registry, source=str(args.cases))
+    else:
+        policy = load_policy(config)
+    model = _model(config, suite, args.model)
+    connection = connect(config.redis_url)
+    folder = Path(tempfile.mkdtemp(prefix="switchboard-eval-"))
+    seeded = _seed(folder / "seed.sqlite3", suite.tickets)
+    if suite.knowledge is not None:
+        os.environ["SWITCHBOARD_KNOWLEDGE"] = str(suite.knowledge)
+    configs = {"no-demos": False} if args.no_demos else {"demos": True, "no-demos": False}
+    results: dict[str, list[evaluation.CaseResult]] = {}
+    namespace = f"sbeval:{secrets.token_hex(4)}:"
+    try:
+        for name, with_demos in configs.items():
+            db = folder / f"{name}.sqlite3"
+            shutil.copy(seeded, db)
+            os.environ["SWITCHBOARD_TICKETS_DB"] = str(db)
+            settings = runtime_settings(config)
+            settings.namespace = f"{namespace}{name}:"
+            settings.queue_name = f"{namespace}{name}"
+            rt = Runtime(
+                redis=connection,
+                registry=registry,
+                policy=policy,
+                model=model,
+                settings=settings,
+                prices=PriceTable(config.price_table),
+            )
+            embedder = model if isinstance(model, ModelClient) else None
+            rt.demos = build_selector(config, rt, embedder) if with_demos else None
+            store = TicketStore(db)
+            results[name] = [
+                evaluation.run_case(rt, case, _work, partial(_executions, store))
+                for case in suite.cases
+            ]
+            rt.queue.delete(delete_jobs=True)
+    finally:
+        for key in connection.scan_iter(match=f"{namespace}*", count=1000):
+            connection.delete(key)
+        shutil.rmtree(folder, ignore_errors=True)
+    print(evaluation.table(results))
+    if args.json:
+        args.json.write_text(json.dumps(evaluation.report(results), indent=2))
+    unsafe = sum(r.unapproved_effects for rs in results.values() for r in rs)
+    return 3 if unsafe else 0
+
+
+def _model(config: Config, suite: evaluation.Suite, kind: str) -> Model:
+    if kind == "scripted":
+        return evaluation.scripted_model(suite)
+    if not config.has_model:
+        raise evaluation.CaseError(
+            "--model configured needs OPENAI_API_KEY or OPENAI_BASE_URL (see README.md)"
+        )
+    return ModelClient(
+        model=config.model,
+        api_key=config.openai_api_key or None,
+        base_url=config.openai_base_url or None,
+        timeout=config.model_timeout,
+        max_retries=config.model_retries,
+    )
+
+
+def _seed(path: Path, tickets: tuple[dict[str, Any], ...]) -> Path:
+    store = TicketStore(path)
+    for ticket in tickets:
+        created = store.create(
+            project=ticket["project"],
+            title=ticket["title"],
+            body=ticket.get("body", ""),
+            priority=ticket.get("priority", "normal"),
+            created_by=ticket.get("created_by", "U0SEED"),
+        )
+        if ticket.get("status") == "closed":
+            store.close(created["id"], ticket.get("resolution", "done"), closed_by="U0SEED")
+    return path
+
+
+def _executions(store: TicketStore) -> dict[str, int]:
+    return {tool: store.count_executions(tool) for tool in WRITE_TOOLS}
+
+
+def _work(rt: Runtime) -> None:
+    runtime.install(rt)
+    make_worker(rt).work(burst=True, logging_level="WARNING")
