@@ -100,6 +100,7 @@ def test_only_allowed_people_decide_and_fifty_approvals_run_it_once(
     winner = next(o.request for o in outcomes if o.result == DecisionResult.DECIDED)
     assert all(o.request.decided_by == winner.decided_by for o in outcomes)
 
+    assert rt.queue.fetch_job(rt.expiry_job_id(approval_id)) is None  # no expiry job left behind
     work(rt)
     run = rt.store.load(run.id)
     assert run.status == RunStatus.COMPLETED, run.detail
@@ -196,3 +197,34 @@ def test_two_writes_in_one_turn_each_need_a_decision(redis_conn, model_server, t
     observed = tool_messages(model_server.last_chat_request)
     assert len(observed) == 2 and "Not run" in observed[1]
     assert TicketStore(tickets_db).count_executions("create_ticket") == 1
+
+
+class BrokenSurface:
+    """A surface whose every call fails, like Slack being down."""
+
+    calls = 0
+
+    def _fail(self, *args: object) -> None:
+        BrokenSurface.calls += 1
+        raise ConnectionError("slack is down")
+
+    progress = approval_requested = approval_resolved = finished = _fail
+
+
+def test_a_failing_surface_never_ends_a_run(redis_conn, model_server, tickets_db):
+    model_server.route("VPN", [CREATE, "Ticket filed."])
+    rt = make_runtime(redis_conn, model_server.url, surfaces={"slack": BrokenSurface()})
+    run = service.submit(rt, "VPN again, file it", ALICE, origin={"surface": "slack"})
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    service.decide(
+        rt,
+        run.pending_approvals[0],
+        decider_id="UALICE",
+        decider_roles=frozenset(ALICE.roles),
+        approve=True,
+    )
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    assert BrokenSurface.calls >= 4

@@ -276,7 +276,7 @@ def request_approval(rt: Runtime, run: Run, call: Call) -> None:
         timedelta(seconds=rt.settings.approval_ttl),
         "worker.jobs.expire_approval",
         request.id,
-        job_id=f"expire-{request.id}",
+        job_id=rt.expiry_job_id(request.id),
     )
     rt.events.append(
         run.id,
@@ -320,6 +320,7 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
     for approval_id in run.pending_approvals:
         decision = rt.approvals.withdraw(approval_id, finish.detail or "the run ended")
         if decision.won:
+            rt.cancel_expiry(approval_id)
             rt.surface(run.origin.get("surface")).approval_resolved(run, decision.request)
     run.status, run.reason, run.detail = finish.status, finish.reason, finish.detail
     run.ended_at = time.time()

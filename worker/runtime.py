@@ -18,7 +18,7 @@ from worker.events import EventLog
 from worker.model import Model, ModelNotConfigured
 from worker.run import Budgets
 from worker.store import RunStore
-from worker.surface import SilentSurface, Surface
+from worker.surface import Guarded, SilentSurface, Surface
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +77,17 @@ class Runtime:
         )
 
     def surface(self, name: str | None) -> Surface:
-        return self.surfaces.get(name or "", _SILENT)
+        found = self.surfaces.get(name or "")
+        return Guarded(found) if found is not None else _SILENT
+
+    def expiry_job_id(self, approval_id: str) -> str:
+        return f"expire-{approval_id}"
+
+    def cancel_expiry(self, approval_id: str) -> None:
+        """A decided request needs no expiry job; drop it rather than keep it for a day."""
+        job = self.queue.fetch_job(self.expiry_job_id(approval_id))
+        if job is not None:
+            job.delete()
 
     def require_model(self) -> Model:
         if self.model is None:

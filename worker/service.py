@@ -112,6 +112,7 @@ def decide(
     decision = rt.approvals.decide(approval_id, status, decider_id, reason.strip())
     if not decision.won:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
+    rt.cancel_expiry(approval_id)
     rt.events.append(
         request.run_id,
         "approval_decided",

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import structlog
+
 from approvals import ApprovalRequest
 from tools import Tool
 from worker.run import Run
+
+log = structlog.get_logger(__name__)
 
 
 class Surface(Protocol):
@@ -36,3 +40,28 @@ class SilentSurface:
 
     def finished(self, run: Run) -> None:
         return None
+
+
+class Guarded:
+    """A surface whose failures are logged and swallowed: Slack being down must not end a run."""
+
+    def __init__(self, inner: Surface) -> None:
+        self.inner = inner
+
+    def progress(self, run: Run, text: str) -> None:
+        self._call("progress", run, text)
+
+    def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
+        self._call("approval_requested", run, request, tool)
+
+    def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
+        self._call("approval_resolved", run, request)
+
+    def finished(self, run: Run) -> None:
+        self._call("finished", run)
+
+    def _call(self, method: str, run: Run, *args: object) -> None:
+        try:
+            getattr(self.inner, method)(run, *args)
+        except Exception:  # a process boundary of sorts: the surface is someone else's system
+            log.exception("surface_failed", method=method, run_id=run.id)
