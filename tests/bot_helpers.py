@@ -89,7 +89,11 @@ class BotEnv:
         return self.rt.store.list(limit=100)
 
     def wait_for_runs(self, count: int) -> list[Run]:
-        return wait_until(lambda: len(self.runs()) >= count and self.runs(), what="runs")
+        def enough() -> list[Run]:
+            runs = self.runs()
+            return runs if len(runs) >= count else []
+
+        return wait_until(enough, what=f"{count} run(s)")
 
 
 @contextmanager

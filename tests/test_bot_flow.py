@@ -4,9 +4,10 @@ the Web API, FakeOpenAI for the model, a real Redis and RQ SimpleWorker, SQLite 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +17,6 @@ from bot.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, VIEW_RUN
 from tests.bot_helpers import (
     ALICE,
     CHANNEL,
-    SECRET,
     STRANGER,
     SUPPORT,
     SUPPORT2,
@@ -66,6 +66,10 @@ def suspended_on_card(env: BotEnv, text: str = ASK_TICKET) -> tuple[dict, str, s
     approval_id = buttons(card["blocks"])[APPROVE]
     [stored] = env.rt.approvals.get(approval_id).cards
     return mention, approval_id, stored["ts"]
+
+
+def to_user(user: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda args: bool(args["user"] == user)
 
 
 def card_updates(env: BotEnv, card_ts: str) -> list[dict]:
@@ -135,7 +139,7 @@ def test_a_click_by_someone_not_allowed_is_refused_and_changes_nothing(
 
     for user in (ALICE, STRANGER):  # the requester may not approve her own call here
         env.click(APPROVE, approval_id, user, channel=CHANNEL, message_ts=card_ts)
-        refusal = env.slack.wait_for_call("chat.postEphemeral", lambda a, u=user: a["user"] == u)
+        refusal = env.slack.wait_for_call("chat.postEphemeral", to_user(user))
         assert refusal["channel"] == CHANNEL and "@support" in refusal["text"]
     env.click(REJECT, approval_id, STRANGER, channel=CHANNEL, message_ts=card_ts)
     env.slack.wait_for_call(
@@ -349,3 +353,32 @@ def test_an_overlong_question_is_answered_with_the_limit(env: BotEnv) -> None:
     told = env.slack.wait_for_call("chat.postMessage", lambda a: "limit" in a.get("text", ""))
     assert told["thread_ts"] == mention["ts"]
     assert env.runs() == []
+
+
+def test_cancel_from_the_status_message_withdraws_the_card_and_says_why(
+    env: BotEnv, model_server: FakeOpenAI, tickets_db: Path
+) -> None:
+    model_server.route("VPN", [CREATE, "Ticket filed."])
+    mention, approval_id, card_ts = suspended_on_card(env)
+    [run] = env.runs()
+    status_ts = run.origin["status_ts"]
+
+    env.click(CANCEL, run.id, STRANGER, channel=CHANNEL, message_ts=status_ts)
+    refused = env.slack.wait_for_call("chat.postEphemeral", lambda a: a["user"] == STRANGER)
+    assert "Only the person who asked or an admin" in refused["text"]
+    env.click(CANCEL, run.id, ALICE, channel=CHANNEL, message_ts=status_ts)
+    env.slack.wait_for_call("chat.postEphemeral", lambda a: a["user"] == ALICE)
+    env.work()
+
+    assert env.rt.store.load(run.id).status == RunStatus.PARTIAL
+    assert env.rt.approvals.get(approval_id).status == ApprovalStatus.WITHDRAWN
+    withdrawn = env.slack.wait_for_call(
+        "chat.update", lambda a: a["ts"] == card_ts and "Withdrawn" in texts(a)
+    )
+    assert "run was cancelled" in texts(withdrawn["blocks"]) and not buttons(withdrawn["blocks"])
+    ending = env.slack.wait_for_message(
+        CHANNEL, lambda m: "I stopped before finishing" in texts(m.get("blocks", []))
+    )
+    assert "<@UALICE> cancelled the run" in texts(ending["blocks"])
+    assert ending["thread_ts"] == mention["ts"]
+    assert TicketStore(tickets_db).count_executions("create_ticket") == 0

@@ -1,0 +1,86 @@
+"""`/switchboard`: parsing the command text, and what each verb shows to whom."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from bot import messages as m
+from bot.mrkdwn import escape, mention
+from bot.views import runs_blocks
+from worker.run import RunStatus
+from worker.runtime import Runtime
+
+MAX_TEXT = 200
+RUN_ID = re.compile(r"^r[0-9a-f]{8,40}$")
+APPROVAL_ID = re.compile(r"^ap_[0-9a-f]{8,64}$")
+_USER = re.compile(r"^<@([UW][A-Z0-9]{1,20})(?:\|[^>]*)?>$|^([UW][A-Z0-9]{1,20})$")
+VERBS = ("runs", "run", "cancel", "help")
+
+
+@dataclass(frozen=True)
+class Command:
+    verb: str  # runs | run | cancel | help | error
+    scope: str = "mine"  # mine | all | user
+    user: str | None = None
+    status: RunStatus | None = None
+    run_id: str | None = None
+    error: str = ""  # the message to show when verb == "error"
+
+
+def parse(text: str) -> Command:
+    if len(text) > MAX_TEXT:
+        return Command("error", error=m.COMMAND_TOO_LONG)
+    words = text.split()
+    if not words or words[0].lower() == "help":
+        return Command("help")
+    verb, rest = words[0].lower(), words[1:]
+    if verb == "runs":
+        return parse_runs(rest)
+    if verb in ("run", "cancel"):
+        if not rest:
+            return Command("error", error=m.COMMAND_NEEDS_ID.format(verb=verb))
+        run_id = rest[0].strip("`")
+        if not RUN_ID.match(run_id):
+            return Command("error", error=m.COMMAND_BAD_ID.format(text=escape(run_id[:40])))
+        return Command(verb, run_id=run_id)
+    return Command("error", error=m.COMMAND_UNKNOWN.format(word=escape(words[0][:40])))
+
+
+def parse_runs(words: list[str]) -> Command:
+    scope, user, status = "mine", None, None
+    for word in words[:2]:
+        lowered = word.lower()
+        found = _USER.match(word)
+        if lowered in ("mine", "all"):
+            scope = lowered
+        elif found:
+            scope, user = "user", found.group(1) or found.group(2)
+        elif lowered in {s.value for s in RunStatus}:
+            status = RunStatus(lowered)
+        else:
+            return Command("error", error=m.COMMAND_UNKNOWN.format(word=escape(word[:40])))
+    return Command("runs", scope=scope, user=user, status=status)
+
+
+def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> list[dict[str, Any]]:
+    """What `/switchboard runs` shows: a non-admin only ever sees their own runs."""
+    scope, who, note = command.scope, command.user, ""
+    if scope == "user" and who == user_id:
+        scope = "mine"
+    if scope in ("all", "user") and not admin:
+        scope, note = "mine", m.RUNS_ADMIN_ONLY
+    filter_user = {"mine": user_id, "user": who, "all": None}[scope]
+    runs = rt.store.list(user_id=filter_user, status=command.status, limit=20)
+    if scope == "mine":
+        title = m.RUNS_SCOPE_MINE
+    elif scope == "all":
+        title = m.RUNS_SCOPE_ALL
+    else:
+        title = m.RUNS_SCOPE_USER.format(user=mention(who or ""))
+    if command.status is not None:
+        title = m.RUNS_SCOPE_STATUS.format(
+            scope=title, status=m.STATUS_WORDS.get(command.status.value, command.status.value)
+        )
+    return runs_blocks(m.RUNS_HEADER.format(scope=title), runs, note)

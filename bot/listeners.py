@@ -1,0 +1,621 @@
+"""Bolt listeners. Each one acks at once (Bolt acks events before they run; the others call
+`ack()` first), then does Redis work and enqueues. Slack Web API calls come only after the
+ack; a run's progress is shown by the worker through `bot.surface`.
+
+Listeners get `sb` (a `Bot`: the runtime, identity, thread memory and surface) from the
+request context, put there by `attach`, the first global middleware. `attach` also drops
+repeated deliveries of an event (Slack retries, redeliveries): one run per event.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec
+
+import structlog
+from slack_bolt import Ack, App, Assistant, BoltContext, BoltRequest, BoltResponse
+from slack_bolt.context.set_status import SetStatus
+from slack_bolt.context.set_suggested_prompts import SetSuggestedPrompts
+from slack_bolt.context.set_title import SetTitle
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.webhook import WebhookClient
+
+from bot import messages as m
+from bot.blocks import (
+    APPROVE,
+    CANCEL,
+    REJECT,
+    REJECT_MODAL,
+    REJECT_REASON_BLOCK,
+    REJECT_REASON_INPUT,
+    SHOW_ARGS,
+    VIEW_RUN,
+    outcome_text,
+)
+from bot.commands import APPROVAL_ID, RUN_ID, parse, runs_listing
+from bot.home import build_home
+from bot.identity import Identity
+from bot.mrkdwn import cut, escape
+from bot.surface import SlackSurface
+from bot.threads import Threads
+from bot.views import args_modal, modal, reject_modal, run_modal
+from worker import service
+from worker.run import Run
+from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+
+COMMAND = "/switchboard"
+REASON_MAX = 500
+METADATA_MAX = 3000
+_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
+
+
+@dataclass(frozen=True)
+class Bot:
+    rt: Runtime
+    identity: Identity
+    threads: Threads
+    surface: SlackSurface
+
+
+def register(app: App, sb: Bot) -> None:
+    app.use(attach(sb))  # first: every listener below relies on it
+    assistant = Assistant()
+    assistant.thread_started(on_assistant_thread_started)
+    assistant.thread_context_changed(on_assistant_context_changed)
+    assistant.user_message(on_assistant_message)
+    app.assistant(assistant)
+    app.event("app_mention")(on_mention)
+    app.event("message")(on_message)
+    app.event("app_home_opened")(on_home_opened)
+    app.action(APPROVE)(on_approve)
+    app.action(REJECT)(on_reject)
+    app.action(CANCEL)(on_cancel)
+    app.action(SHOW_ARGS)(on_show_args)
+    app.action(VIEW_RUN)(on_view_run)
+    app.view(REJECT_MODAL)(on_reject_submitted)
+    app.command(COMMAND)(on_command)
+
+
+def attach(sb: Bot) -> Callable[..., BoltResponse | None]:
+    def attach_bot(
+        req: BoltRequest, body: dict[str, Any], context: BoltContext, next_: Callable[[], None]
+    ) -> BoltResponse | None:
+        context["sb"] = sb
+        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
+        if event_id and not sb.threads.claim_event(str(event_id)):
+            retry = (req.headers.get("x-slack-retry-num") or [""])[0]
+            log.info("event_repeated", event_id=str(event_id)[:64], retry=retry)
+            return BoltResponse(status=200, body="")
+        next_()
+        return None
+
+    return attach_bot
+
+
+def boundary(listener: Callable[P, None]) -> Callable[P, None]:
+    """The listener boundary: log with the traceback; Slack already has its ack."""
+
+    @functools.wraps(listener)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            listener(*args, **kwargs)
+        except Exception:  # boundary: nothing else would log it with our context
+            log.exception("listener_failed", listener=listener.__name__)
+
+    return guarded
+
+
+# -- questions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    user: str
+    team: str
+    channel: str
+    thread_ts: str
+    event_id: str
+    assistant: bool = False
+
+
+def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
+    """Create the run (continuing the thread's conversation, if the bot answered there)."""
+    parent = None
+    parent_id = sb.threads.last_run(q.channel, q.thread_ts)
+    if parent_id:
+        parent = sb.rt.store.find(parent_id)
+        if parent is not None and not parent.status.terminal:
+            say(client, q.channel, q.thread_ts, m.STILL_WORKING)
+            return None
+    requester = sb.identity.requester(q.user, q.team, q.channel)
+    origin = {
+        "surface": "slack",
+        "channel": q.channel,
+        "thread_ts": q.thread_ts,
+        "team": q.team,
+        "event_id": q.event_id,
+        "assistant": "1" if q.assistant else "",
+    }
+    try:
+        run = service.submit(sb.rt, q.text, requester, origin=origin, parent=parent)
+    except service.QuestionRejected as exc:
+        say(client, q.channel, q.thread_ts, m.QUESTION_REJECTED.format(reason=escape(str(exc))))
+        return None
+    sb.threads.remember(q.channel, q.thread_ts, run.id)
+    log.info("run_submitted", run_id=run.id, user=q.user, channel=q.channel, parent=parent_id)
+    return run
+
+
+def say(client: WebClient, channel: str, thread_ts: str | None, text: str) -> None:
+    client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+
+
+def question_text(text: str, bot_user_id: str | None) -> str:
+    """The text without mentions of the bot, with Slack's escaping undone."""
+    if bot_user_id:
+        text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", " ", text)
+    for entity, char in _ENTITIES:
+        text = text.replace(entity, char)
+    return text.strip()
+
+
+def is_from_person(event: dict[str, Any]) -> bool:
+    return (
+        event.get("subtype") in (None, "file_share")
+        and not event.get("bot_id")
+        and bool(event.get("user"))
+    )
+
+
+def team_of(body: dict[str, Any]) -> str:
+    team = body.get("team_id") or body.get("team") or (body.get("user") or {}).get("team_id")
+    if isinstance(team, dict):
+        team = team.get("id")
+    return str(team or "")
+
+
+@boundary
+def on_mention(
+    event: dict[str, Any], body: dict[str, Any], context: BoltContext, client: WebClient, sb: Bot
+) -> None:
+    if not is_from_person(event):
+        return
+    channel, ts = str(event["channel"]), str(event["ts"])
+    thread_ts = str(event.get("thread_ts") or ts)
+    text = question_text(str(event.get("text") or ""), context.bot_user_id)
+    if not text:
+        say(client, channel, thread_ts, m.EMPTY_MENTION)
+        return
+    ask(
+        sb,
+        client,
+        Question(
+            text,
+            str(event["user"]),
+            team_of(body),
+            channel,
+            thread_ts,
+            str(body.get("event_id", "")),
+        ),
+    )
+
+
+@boundary
+def on_message(
+    event: dict[str, Any], body: dict[str, Any], context: BoltContext, client: WebClient, sb: Bot
+) -> None:
+    """DMs, and replies in channel threads the bot answered in; everything else is ignored."""
+    if not is_from_person(event):
+        return
+    channel, ts = str(event["channel"]), str(event["ts"])
+    thread_ts = event.get("thread_ts")
+    raw = str(event.get("text") or "")
+    if event.get("channel_type") != "im":
+        if not thread_ts or thread_ts == ts:
+            return  # channel chatter is not for us
+        if context.bot_user_id and f"<@{context.bot_user_id}" in raw:
+            return  # a mention: the app_mention listener has it
+        if sb.threads.last_run(channel, str(thread_ts)) is None:
+            return  # a thread the bot never answered in
+    text = question_text(raw, context.bot_user_id)
+    if not text:
+        return
+    ask(
+        sb,
+        client,
+        Question(
+            text,
+            str(event["user"]),
+            team_of(body),
+            channel,
+            str(thread_ts or ts),
+            str(body.get("event_id", "")),
+        ),
+    )
+
+
+# -- assistant threads -----------------------------------------------------------------------------
+
+
+@boundary
+def on_assistant_thread_started(
+    event: dict[str, Any], client: WebClient, set_suggested_prompts: SetSuggestedPrompts, sb: Bot
+) -> None:
+    thread = event.get("assistant_thread") or {}
+    channel, thread_ts = str(thread["channel_id"]), str(thread["thread_ts"])
+    sb.threads.mark_assistant(channel, thread_ts)
+    say(client, channel, thread_ts, m.ASSISTANT_GREETING)
+    set_suggested_prompts(prompts=m.SUGGESTED_PROMPTS, title=m.SUGGESTED_PROMPTS_TITLE)
+
+
+def on_assistant_context_changed() -> None:
+    """The viewed channel changed; Switchboard does not use it (and stores nothing)."""
+
+
+@boundary
+def on_assistant_message(
+    event: dict[str, Any],
+    body: dict[str, Any],
+    context: BoltContext,
+    client: WebClient,
+    set_title: SetTitle,
+    set_status: SetStatus,
+    sb: Bot,
+) -> None:
+    """A message in a DM thread: an assistant thread, or a reply to an answer in a DM."""
+    channel, thread_ts = str(event["channel"]), str(event["thread_ts"])
+    text = question_text(str(event.get("text") or ""), context.bot_user_id)
+    if not text or not event.get("user"):
+        return
+    in_assistant = sb.threads.is_assistant(channel, thread_ts)
+    if in_assistant:  # before the run exists, so it cannot land after the answer
+        set_status(
+            status=m.ASSISTANT_STATUS.format(text="Thinking"), loading_messages=m.ASSISTANT_LOADING
+        )
+    run = ask(
+        sb,
+        client,
+        Question(
+            text,
+            str(event["user"]),
+            team_of(body),
+            channel,
+            thread_ts,
+            str(body.get("event_id", "")),
+            assistant=in_assistant,
+        ),
+    )
+    if in_assistant and run is None:
+        set_status(status="")
+    elif in_assistant and run is not None and run.parent_id is None:
+        set_title(cut(text, 100))
+
+
+# -- App Home ------------------------------------------------------------------------------------
+
+
+@boundary
+def on_home_opened(event: dict[str, Any], client: WebClient, sb: Bot) -> None:
+    if event.get("tab") == "home" and event.get("user"):
+        publish_home(sb, client, str(event["user"]))
+
+
+def publish_home(sb: Bot, client: WebClient, user_id: str) -> None:
+    roles = sb.identity.roles(user_id)
+    client.views_publish(user_id=user_id, view=build_home(sb.rt, user_id, roles))
+
+
+# -- buttons and modals ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clicked:
+    """Who clicked where, from the signed payload, and where to answer them."""
+
+    user: str
+    channel: str = ""
+    message_ts: str = ""
+    thread_ts: str = ""
+    trigger_id: str = ""
+    in_home: bool = False
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Clicked:
+        container = body.get("container") or {}
+        return cls(
+            user=str(body["user"]["id"]),
+            channel=str(container.get("channel_id") or ""),
+            message_ts=str(container.get("message_ts") or ""),
+            thread_ts=str(container.get("thread_ts") or ""),
+            trigger_id=str(body.get("trigger_id") or ""),
+            in_home=container.get("type") == "view",
+        )
+
+    @property
+    def card(self) -> dict[str, str] | None:
+        return {"channel": self.channel, "ts": self.message_ts} if self.message_ts else None
+
+    def metadata(self, approval_id: str) -> str:
+        return json.dumps(
+            {
+                "approval_id": approval_id,
+                "channel": self.channel,
+                "ts": self.message_ts,
+                "thread_ts": self.thread_ts,
+                "home": "1" if self.in_home else "",
+            }
+        )
+
+
+def tell(client: WebClient, clicked: Clicked, text: str) -> None:
+    """An answer only the clicker sees: ephemeral in the channel, or a small modal."""
+    if clicked.channel:
+        client.chat_postEphemeral(
+            channel=clicked.channel,
+            user=clicked.user,
+            text=text,
+            thread_ts=clicked.thread_ts or None,
+        )
+    elif clicked.trigger_id:
+        client.views_open(
+            trigger_id=clicked.trigger_id,
+            view=modal(
+                "Switchboard", [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+            ),
+        )
+
+
+def action_value(action: dict[str, Any], pattern: re.Pattern[str]) -> str | None:
+    value = str(action.get("value") or "")
+    if pattern.match(value):
+        return value
+    log.warning("action_value_rejected", action_id=action.get("action_id"), value=value[:80])
+    return None
+
+
+@boundary
+def on_approve(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    ack()
+    approval_id = action_value(action, APPROVAL_ID)
+    if approval_id is None:
+        return
+    clicked = Clicked.of(body)
+    outcome = service.decide(
+        sb.rt,
+        approval_id,
+        decider_id=clicked.user,
+        decider_roles=sb.identity.roles(clicked.user),
+        approve=True,
+    )
+    after_decision(sb, client, clicked, outcome)
+
+
+@boundary
+def on_reject(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    """Check the clicker first, then ask for a reason in a modal (the trigger lasts 3 s)."""
+    ack()
+    approval_id = action_value(action, APPROVAL_ID)
+    if approval_id is None:
+        return
+    clicked = Clicked.of(body)
+    request = sb.rt.approvals.find(approval_id)
+    if request is None:
+        tell(client, clicked, m.APPROVAL_NOT_FOUND)
+        return
+    if request.decided:
+        tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
+        return
+    roles = sb.identity.roles(clicked.user)
+    if not sb.rt.policy.may_decide(request.tool, request.requester, clicked.user, roles):
+        approvers = escape(sb.rt.policy.approvers_text(request.tool))
+        tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
+        return
+    client.views_open(
+        trigger_id=clicked.trigger_id, view=reject_modal(request, clicked.metadata(approval_id))
+    )
+
+
+@boundary
+def on_reject_submitted(
+    ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    ack()
+    meta = read_metadata(str(view.get("private_metadata") or ""))
+    approval_id = meta.get("approval_id", "")
+    if not APPROVAL_ID.match(approval_id):
+        log.warning("reject_metadata_rejected")
+        return
+    values = (view.get("state") or {}).get("values") or {}
+    typed = ((values.get(REJECT_REASON_BLOCK) or {}).get(REJECT_REASON_INPUT) or {}).get("value")
+    user = str(body["user"]["id"])
+    clicked = Clicked(
+        user=user,
+        channel=meta.get("channel", ""),
+        message_ts=meta.get("ts", ""),
+        thread_ts=meta.get("thread_ts", ""),
+        in_home=meta.get("home") == "1",
+    )
+    outcome = service.decide(
+        sb.rt,
+        approval_id,
+        decider_id=user,
+        decider_roles=sb.identity.roles(user),
+        approve=False,
+        reason=str(typed or "")[:REASON_MAX],
+    )
+    after_decision(sb, client, clicked, outcome)
+
+
+def read_metadata(raw: str) -> dict[str, str]:
+    if not raw or len(raw) > METADATA_MAX:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def after_decision(
+    sb: Bot, client: WebClient, clicked: Clicked, outcome: service.DecisionOutcome
+) -> None:
+    result, request = outcome.result, outcome.request
+    log.info(
+        "decision",
+        result=result.value,
+        user=clicked.user,
+        approval_id=request.id if request else None,
+    )
+    if result == service.DecisionResult.NOT_FOUND or request is None:
+        tell(client, clicked, m.APPROVAL_NOT_FOUND)
+    elif result == service.DecisionResult.NOT_ALLOWED:
+        tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=escape(outcome.approvers)))
+    elif result == service.DecisionResult.ALREADY_DECIDED:
+        tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
+        sb.surface.show_outcome(request, also=clicked.card)
+    else:
+        sb.surface.show_outcome(request, also=clicked.card)
+    if clicked.in_home:
+        publish_home(sb, client, clicked.user)
+
+
+@boundary
+def on_cancel(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    ack()
+    run_id = action_value(action, RUN_ID)
+    if run_id is None:
+        return
+    clicked = Clicked.of(body)
+    tell(client, clicked, cancel_run(sb, run_id, clicked.user))
+
+
+def cancel_run(sb: Bot, run_id: str, user: str) -> str:
+    result = service.cancel(sb.rt, run_id, by=user, roles=sb.identity.roles(user))
+    words = {
+        service.CancelResult.CANCELLING: m.CANCELLING,
+        service.CancelResult.NOT_ALLOWED: m.CANCEL_NOT_ALLOWED,
+        service.CancelResult.ALREADY_ENDED: m.CANCEL_ALREADY_ENDED,
+        service.CancelResult.NOT_FOUND: m.RUN_NOT_FOUND,
+    }
+    return words[result].format(run_id=run_id)
+
+
+@boundary
+def on_show_args(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    """The full arguments, read from Redis: for the requester, deciders and admins."""
+    ack()
+    approval_id = action_value(action, APPROVAL_ID)
+    if approval_id is None:
+        return
+    clicked = Clicked.of(body)
+    request = sb.rt.approvals.find(approval_id)
+    if request is None:
+        tell(client, clicked, m.APPROVAL_NOT_FOUND)
+        return
+    roles = sb.identity.roles(clicked.user)
+    policy = sb.rt.policy
+    if not (
+        clicked.user == request.requester
+        or policy.may_decide(request.tool, request.requester, clicked.user, roles)
+        or policy.is_admin(roles)
+    ):
+        tell(client, clicked, m.ARGS_NOT_YOURS)
+        return
+    client.views_open(trigger_id=clicked.trigger_id, view=args_modal(request))
+
+
+@boundary
+def on_view_run(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    ack()
+    run_id = action_value(action, RUN_ID)
+    if run_id is None:
+        return
+    clicked = Clicked.of(body)
+    problem = show_run(sb, client, run_id, clicked.user, clicked.trigger_id)
+    if problem:
+        tell(client, clicked, problem)
+
+
+def show_run(sb: Bot, client: WebClient, run_id: str, user: str, trigger_id: str) -> str:
+    """Open the trajectory modal; returns what to say instead when the user may not see it."""
+    run = sb.rt.store.find(run_id)
+    if run is None:
+        return m.RUN_NOT_FOUND.format(run_id=run_id)
+    if not service.may_inspect(sb.rt, run, user, sb.identity.roles(user)):
+        return m.RUN_NOT_YOURS.format(run_id=run_id)
+    cancelled_by = sb.rt.store.cancel_requested_by(run.id)
+    client.views_open(
+        trigger_id=trigger_id, view=run_modal(run, sb.rt.events.read(run.id), cancelled_by)
+    )
+    return ""
+
+
+# -- the slash command ---------------------------------------------------------------------------
+
+
+@boundary
+def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) -> None:
+    ack()
+    user, channel = str(command["user_id"]), str(command["channel_id"])
+    parsed = parse(str(command.get("text") or ""))
+    if parsed.verb == "help":
+        answer(client, command, text=m.HELP)
+    elif parsed.verb == "error":
+        answer(client, command, text=parsed.error)
+    elif parsed.verb == "runs":
+        admin = sb.rt.policy.is_admin(sb.identity.roles(user))
+        blocks = runs_listing(sb.rt, parsed, user, admin)
+        answer(client, command, text=m.RUNS_FALLBACK, blocks=blocks)
+    elif parsed.verb == "run" and parsed.run_id:
+        problem = show_run(sb, client, parsed.run_id, user, str(command.get("trigger_id") or ""))
+        if problem:
+            answer(client, command, text=problem)
+    elif parsed.verb == "cancel" and parsed.run_id:
+        answer(client, command, text=cancel_run(sb, parsed.run_id, user))
+    log.info("command", verb=parsed.verb, user=user, channel=channel)
+
+
+def answer(
+    client: WebClient,
+    command: dict[str, Any],
+    *,
+    text: str,
+    blocks: list[dict[str, Any]] | None = None,
+) -> None:
+    """Ephemeral, in the channel the command was typed in; through the command's
+    response_url when the bot cannot post there (e.g. it is not a member)."""
+    try:
+        client.chat_postEphemeral(
+            channel=str(command["channel_id"]),
+            user=str(command["user_id"]),
+            text=text,
+            blocks=blocks,
+        )
+    except SlackApiError as exc:
+        url = str(command.get("response_url") or "")
+        if not url.startswith("https://hooks.slack.com/"):
+            raise
+        log.info("command_answer_via_response_url", error=exc.response.get("error"))
+        WebhookClient(url).send(text=text, blocks=blocks, response_type="ephemeral")

@@ -1,0 +1,225 @@
+"""Every string Switchboard shows in Slack, in one place, so it can be read as a whole.
+
+Templates use `str.format`. Values that come from people or the model are escaped by the
+caller (`bot.mrkdwn.escape`) before they are put into a template.
+"""
+
+from __future__ import annotations
+
+# -- buttons and titles -------------------------------------------------------------------
+
+APPROVE = "Approve"
+REJECT = "Reject"
+CANCEL = "Cancel"
+SHOW_ALL = "Show all"
+VIEW_RUN = "View run"
+VIEW = "View"
+CLOSE = "Close"
+SUBMIT_REJECT = "Reject"
+
+MODAL_RUN_TITLE = "Switchboard run"
+MODAL_ARGS_TITLE = "Tool call arguments"
+MODAL_REJECT_TITLE = "Reject this call"
+REJECT_INTRO = "{user} asked to run *{tool}*. You may say why you reject it."
+REJECT_REASON_LABEL = "Reason (optional, shown to the requester and the model)"
+REJECT_REASON_PLACEHOLDER = "e.g. wrong project, ask IT first"
+
+CONFIRM_APPROVE_TITLE = "Approve a high-risk call?"
+CONFIRM_APPROVE_TEXT = "{tool} is marked high-risk. It will run once, with exactly these arguments."
+CONFIRM_APPROVE_YES = "Approve"
+CONFIRM_APPROVE_NO = "Not yet"
+CONFIRM_CANCEL_TITLE = "Cancel this run?"
+CONFIRM_CANCEL_TEXT = "Switchboard stops at its next step. Nothing already done is undone."
+CONFIRM_CANCEL_YES = "Cancel the run"
+CONFIRM_CANCEL_NO = "Keep going"
+
+# -- progress -----------------------------------------------------------------------------
+
+STATUS_WORKING = ":hourglass_flowing_sand: {text}…"
+STATUS_FOR = "For {user}"
+STATUS_DONE = ":white_check_mark: Done: {summary}"
+STATUS_PARTIAL = ":warning: Stopped early: {why}"
+STATUS_FAILED = ":x: Failed: {why}"
+ASSISTANT_STATUS = "is working: {text}…"
+ASSISTANT_LOADING = ["Thinking…", "Checking what I may use…", "Working on it…"]
+STATUS_FALLBACK = "Switchboard: {text}"
+
+# -- answers --------------------------------------------------------------------------------
+
+ANSWER_FALLBACK = "Switchboard's answer"
+ANSWER_CUT = "_The answer was too long for Slack and was cut. Use View run to read all of it._"
+PARTIAL_HEAD = ":warning: I stopped before finishing because {why}."
+PARTIAL_DETAIL = "Details: {detail}"
+PARTIAL_SO_FAR = "What I had so far:"
+FAILED_HEAD = (
+    ":x: Something went wrong on our side and this run failed. An admin can look at run `{run_id}`."
+)
+FOOTER = "{steps} · {tools} · {tokens} · {cost} · {time}"
+FOOTER_STEPS = "{n} step"
+FOOTER_STEPS_PLURAL = "{n} steps"
+FOOTER_NO_TOOLS = "no tools"
+FOOTER_TOOLS = "tools: {names}"
+FOOTER_TOKENS = "{n:,} tokens"
+FOOTER_COST = "${cost:.4f}"
+FOOTER_TIME = "{working} working"
+FOOTER_TIME_WAITED = "{working} working, {total} in all"
+
+REASONS = {
+    "max_steps": "it reached its step limit",
+    "deadline": "it ran out of time",
+    "tokens": "it used up its token budget",
+    "cost": "it reached its cost limit",
+    "tool_calls": "it asked for more tool calls than it may make",
+    "repeated_call": "the model asked for the same call twice",
+    "cancelled": "the run was cancelled",
+    "length": "the model's reply was cut off",
+    "content_filter": "the model's reply was withheld by its content filter",
+    "refused": "the model refused",
+    "model_error": "the model could not be reached",
+    "internal_error": "an internal error stopped it",
+}
+REASON_UNKNOWN = "of an unexpected problem"
+CANCELLED_BY = "{user} cancelled the run"
+
+# -- approval cards --------------------------------------------------------------------------
+
+CARD_HEADER = "Approval needed: {tool}"
+CARD_ASKED = "{user} asked to run *{tool}*: {description}"
+CARD_ARGS_CUT = "_Some values are cut. Use Show all to read them in full._"
+CARD_WHO = "Who may decide: {approvers} · Expires {expires}"
+CARD_FROM_THREAD = "From a run in {channel}."
+CARD_FALLBACK = "Approval needed: {user} asked to run {tool}"
+CARD_APPROVED = ":white_check_mark: Approved by {user} at {when}"
+CARD_REJECTED = ":no_entry_sign: Rejected by {user}"
+CARD_REJECTED_REASON = ":no_entry_sign: Rejected by {user}: {reason}"
+CARD_EXPIRED = ":hourglass: Expired: nobody decided in time, so it did not run"
+CARD_WITHDRAWN_CANCELLED = ":leftwards_arrow_with_hook: Withdrawn: the run was cancelled"
+CARD_WITHDRAWN = ":leftwards_arrow_with_hook: Withdrawn: the run ended ({reason})"
+CARD_DECIDED_FALLBACK = "Approval for {tool}: {outcome}"
+
+# -- answers to clicks (ephemeral) ----------------------------------------------------------------
+
+NOT_ALLOWED_TO_DECIDE = "You can't decide this one. Who may: {approvers}."
+ALREADY_DECIDED = "This was already decided: {outcome}."
+APPROVAL_NOT_FOUND = "I can't find that approval request any more; it may have expired."
+DECIDED_APPROVED = "Approved. Switchboard is running {tool} now."
+DECIDED_REJECTED = "Rejected. Switchboard will tell the model it may not run {tool}."
+CANCELLING = "Cancelling run `{run_id}`. It stops at its next step."
+CANCEL_NOT_ALLOWED = "Only the person who asked or an admin can cancel run `{run_id}`."
+CANCEL_ALREADY_ENDED = "Run `{run_id}` has already ended."
+RUN_NOT_FOUND = "I can't find run `{run_id}`. Runs are kept for a limited time."
+RUN_NOT_YOURS = "You can only look at your own runs; run `{run_id}` is someone else's."
+ARGS_NOT_YOURS = "Only the requester, the people who may decide and admins can see these."
+
+# -- receiving questions ----------------------------------------------------------------------
+
+QUESTION_REJECTED = ":warning: {reason}"
+STILL_WORKING = (
+    "I'm still working on the previous question in this thread. "
+    "Ask again once it's answered, or cancel it."
+)
+EMPTY_MENTION = (
+    "Ask me a question after the mention, e.g. `@Switchboard what does SQL Basics cost?`"
+)
+SUBMIT_FAILED = ":x: I couldn't start on that because of an internal problem. Please try again."
+
+ASSISTANT_GREETING = (
+    "Hi! Ask me a question. Anything that changes something needs a person's OK first."
+)
+SUGGESTED_PROMPTS_TITLE = "Try asking"
+SUGGESTED_PROMPTS = [
+    {
+        "title": "Course fees",
+        "message": "What is the total fee for Django Fundamentals and its prerequisite?",
+    },
+    {"title": "Search tickets", "message": "Which open tickets mention the VPN?"},
+    {"title": "File a ticket", "message": "File an IT ticket: my laptop won't start."},
+]
+
+# -- slash command ---------------------------------------------------------------------------
+
+HELP = (
+    "*Switchboard* answers questions with tools, and asks a person before it changes anything.\n"
+    "• Mention me in a channel, DM me, or use my assistant panel.\n"
+    "• `/switchboard runs [mine|all|@user] [status]`: recent runs "
+    "(status: queued, running, awaiting_approval, completed, partial, failed)\n"
+    "• `/switchboard run ID`: a run's steps, tools, decisions and costs\n"
+    "• `/switchboard cancel ID`: stop a run you started\n"
+    "• `/switchboard help`: this message"
+)
+COMMAND_UNKNOWN = "I don't know `{word}`. Try `/switchboard help`."
+COMMAND_TOO_LONG = "That command is too long. Try `/switchboard help`."
+COMMAND_BAD_ID = "`{text}` doesn't look like a run id (they look like `r18c2f3a9b1c2d3e4f5`)."
+COMMAND_NEEDS_ID = "Which run? Use `/switchboard {verb} ID`."
+RUNS_ADMIN_ONLY = "Only admins can list other people's runs. Showing yours."
+RUNS_NONE = "No runs to show."
+RUNS_HEADER = "Runs: {scope}"
+RUNS_FALLBACK = "Your Switchboard runs"
+RUNS_SCOPE_MINE = "yours"
+RUNS_SCOPE_ALL = "everyone's"
+RUNS_SCOPE_USER = "{user}'s"
+RUNS_SCOPE_STATUS = "{scope}, {status}"
+RUN_LINE = "`{run_id}` · {status} · {when} · {user}\n{question}"
+
+# -- run modal ------------------------------------------------------------------------------
+
+RUN_HEAD = "*Run* `{run_id}` · *{status}*{reason}\nAsked by {user} in {channel} on {when}"
+RUN_QUESTION = "*Question:* {question}"
+RUN_DEMOS = "*Demonstrations shown to the model:* {demos}"
+RUN_NO_DEMOS = "*Demonstrations shown to the model:* none"
+RUN_TOTALS = (
+    "*Totals:* {steps} steps · {tool_calls} tool calls · {tokens:,} tokens "
+    "({prompt:,} in / {completion:,} out) · ${cost:.6f} · {working} working · {elapsed} in all"
+)
+RUN_ANSWER = "*Answer:*\n{answer}"
+RUN_WHY = "*Why it ended:* {why}"
+RUN_MORE_EVENTS = (
+    "_{count} more events are not shown here; `switchboard runs show {run_id}` has all._"
+)
+EVENT_ASKED = "`+{offset}` asked by {user}: {question}"
+EVENT_MODEL = (
+    "`+{offset}` *model step {step}*: {finish} · {tokens} tokens · ${cost:.6f} · {seconds:.2f}s"
+)
+EVENT_MODEL_SAYS = "says: {content}"
+EVENT_MODEL_CALL = "→ *{tool}* `{args}`"
+EVENT_RESULT = "`+{offset}` *{tool}* {mark}: {result}"
+EVENT_RESULT_OK = "ok"
+EVENT_RESULT_ERROR = "error"
+EVENT_DENIED = "`+{offset}` *{tool}* denied: {why}"
+EVENT_INVALID = "`+{offset}` *{tool}* invalid arguments: {error}"
+EVENT_APPROVAL = "`+{offset}` approval requested for *{tool}* `{args}`; may decide: {approvers}"
+EVENT_DECIDED = "`+{offset}` *{status}* by {user}{reason}"
+EVENT_EXPIRED = "`+{offset}` approval for *{tool}* expired (not run)"
+EVENT_REFUSED = "`+{offset}` {user} tried to decide but may not"
+EVENT_CANCEL = "`+{offset}` {user} asked to cancel"
+EVENT_END = "`+{offset}` *{status}*{why}"
+EVENT_OTHER = "`+{offset}` {kind}"
+
+# -- App Home --------------------------------------------------------------------------------
+
+HOME_TITLE = "Switchboard"
+HOME_INTRO = (
+    "Ask me anything in a channel (mention me), in a DM or in the assistant panel. "
+    "Anything that changes something waits for a person's approval."
+)
+HOME_WAITING = "Waiting for your decision"
+HOME_WAITING_NONE = "Nothing is waiting for you."
+HOME_WAITING_LINE = "{user} wants to run *{tool}* `{args}` · expires {expires}"
+HOME_MINE = "Your recent runs"
+HOME_ALL = "Recent runs (everyone)"
+HOME_PENDING_ALL = "All pending approvals"
+HOME_FAILURES = "Recent failures"
+HOME_SPEND = "*Today's spend:* ${cost:.4f} over {runs} runs ({tokens:,} tokens)"
+HOME_NONE = "None."
+HOME_MORE = "_…and {count} more._"
+
+# -- plain words ----------------------------------------------------------------------------
+
+STATUS_WORDS = {
+    "queued": "queued",
+    "running": "running",
+    "awaiting_approval": "waiting for approval",
+    "completed": "completed",
+    "partial": "stopped early",
+    "failed": "failed",
+}

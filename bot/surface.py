@@ -1,0 +1,274 @@
+"""The Slack implementation of `worker.surface.Surface`: what a run shows in its thread.
+
+Called by the worker that holds the run's lease. Nothing here may end a run: every entry
+point logs a failure and returns. Keys this surface reads from `run.origin` (set by the
+listeners): `channel`, `thread_ts`, `assistant` ("1" in an assistant thread); it writes
+`status_ts`, the ts of the one status message it keeps updating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from typing import ParamSpec
+
+import redis
+import structlog
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackClientError
+from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+
+from approvals import ApprovalRequest
+from bot import messages as m
+from bot.blocks import Message, answer_messages, approval_card, outcome_text, status_final
+from bot.blocks import status_working as status_working_message
+from bot.mrkdwn import channel as channel_link
+from bot.throttle import Throttle
+from tools import Tool
+from worker.run import EndReason, Run, RunStatus
+from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+
+UPDATE_INTERVAL = 1.2  # seconds between chat.update calls for one run (Tier 3: 50+/min)
+STATUS_REFRESH = 90.0  # Slack clears an assistant status after 2 minutes
+SLACK_ERRORS = (SlackClientError, OSError)  # API errors (incl. 429 after retries), network
+
+
+def never_raises(method: Callable[P, None]) -> Callable[P, None]:
+    """The surface boundary: the worker must never fail a run because Slack did."""
+
+    @functools.wraps(method)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception:  # boundary: logged with the traceback, the run goes on
+            run = next((a for a in args if isinstance(a, Run)), None)
+            log.exception(
+                "slack_surface_failed", step=method.__name__, run_id=getattr(run, "id", None)
+            )
+
+    return guarded
+
+
+def with_rate_limit_retries(client: WebClient) -> WebClient:
+    """Retry 429s after Slack's Retry-After (opt-in in slack_sdk); at most twice."""
+    if not any(isinstance(h, RateLimitErrorRetryHandler) for h in client.retry_handlers):
+        client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=2))
+    return client
+
+
+class SlackSurface:
+    def __init__(
+        self,
+        client: WebClient,
+        rt: Runtime,
+        *,
+        update_interval: float = UPDATE_INTERVAL,
+        status_refresh: float = STATUS_REFRESH,
+    ) -> None:
+        self.client = with_rate_limit_retries(client)
+        self.rt = rt
+        self.throttle = Throttle(update_interval)
+        self.status_refresh = status_refresh
+        self._refreshers: dict[str, threading.Timer] = {}
+        self._refresh_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Drop held-back updates and status refreshes (at shutdown)."""
+        self.throttle.close_all()
+        with self._refresh_lock:
+            timers, self._refreshers = list(self._refreshers.values()), {}
+        for timer in timers:
+            timer.cancel()
+
+    # -- progress -----------------------------------------------------------------------------
+
+    @never_raises
+    def progress(self, run: Run, text: str) -> None:
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if not channel or not thread_ts:
+            return
+        if run.origin.get("assistant"):
+            status = m.ASSISTANT_STATUS.format(text=text)
+            self.throttle.offer(run.id, lambda: self._set_status(channel, thread_ts, status))
+            self._keep_status(run.id, channel, thread_ts, status)
+            return
+        message = status_working_message(run, text)
+        status_ts = run.origin.get("status_ts")
+        if not status_ts:
+            response = self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=message.text, blocks=message.blocks
+            )
+            run.origin["status_ts"] = str(response["ts"])
+            self.throttle.touch(run.id)
+            return
+        self.throttle.offer(run.id, lambda: self._update(channel, status_ts, message))
+
+    def _set_status(self, channel: str, thread_ts: str, status: str) -> None:
+        try:
+            self.client.assistant_threads_setStatus(
+                channel_id=channel, thread_ts=thread_ts, status=status
+            )
+        except SLACK_ERRORS:  # also called from timer threads: log, never raise
+            log.exception("slack_status_failed", channel=channel)
+
+    def _update(self, channel: str, ts: str, message: Message) -> None:
+        try:
+            self.client.chat_update(
+                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            )
+        except SLACK_ERRORS:  # also called from timer threads: log, never raise
+            log.exception("slack_update_failed", channel=channel, ts=ts)
+
+    def _keep_status(self, run_id: str, channel: str, thread_ts: str, status: str) -> None:
+        """Set the assistant status again before Slack clears it, while the run works."""
+
+        def refresh() -> None:
+            with self._refresh_lock:
+                if self._refreshers.get(run_id) is not timer:
+                    return
+            try:
+                found = self.rt.store.find(run_id)
+            except redis.RedisError:
+                log.warning("status_refresh_skipped", run_id=run_id)
+                found = None
+            if found is None or found.status != RunStatus.RUNNING:
+                self._stop_status(run_id)
+                return
+            self._set_status(channel, thread_ts, status)
+            self._keep_status(run_id, channel, thread_ts, status)
+
+        timer = threading.Timer(self.status_refresh, refresh)
+        timer.daemon = True
+        with self._refresh_lock:
+            old = self._refreshers.pop(run_id, None)
+            if old is not None:
+                old.cancel()
+            self._refreshers[run_id] = timer
+        timer.start()
+
+    def _stop_status(self, run_id: str) -> None:
+        with self._refresh_lock:
+            timer = self._refreshers.pop(run_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    # -- approvals -----------------------------------------------------------------------------
+
+    @never_raises
+    def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if channel:
+            card = self.card(request, tool.description)
+            self._post_card(request, channel, thread_ts, card)
+        elsewhere = self.rt.policy.approvals_channel
+        if elsewhere and elsewhere != channel:
+            note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
+            self._post_card(request, elsewhere, None, self.card(request, tool.description, note))
+
+    def _post_card(
+        self, request: ApprovalRequest, channel: str, thread_ts: str | None, card: Message
+    ) -> None:
+        try:
+            response = self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=card.text, blocks=card.blocks
+            )
+        except SLACK_ERRORS:  # one place failing must not stop the card in the other
+            log.exception("approval_card_failed", approval_id=request.id, channel=channel)
+            return
+        self.rt.approvals.add_card(
+            request.id, {"channel": str(response["channel"]), "ts": str(response["ts"])}
+        )
+
+    def card(
+        self,
+        request: ApprovalRequest,
+        description: str | None = None,
+        elsewhere: str | None = None,
+        outcome: str | None = None,
+    ) -> Message:
+        tool = self.rt.registry.get(request.tool)
+        if description is None:
+            description = tool.description if tool is not None else ""
+        try:
+            high_risk = self.rt.policy.rule(request.tool).high_risk
+        except KeyError:  # the tool is gone since: its card can only be shown, not approved
+            high_risk = True
+        return approval_card(
+            request,
+            description=description,
+            approvers=self.rt.policy.approvers_text(request.tool),
+            high_risk=high_risk,
+            elsewhere=elsewhere,
+            outcome=outcome,
+        )
+
+    @never_raises
+    def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
+        reason = run.reason  # not set yet when the loop withdraws a cancelled run's requests
+        if reason is None and self.rt.store.cancel_requested_by(run.id):
+            reason = EndReason.CANCELLED
+        self.show_outcome(request, reason)
+
+    def show_outcome(
+        self,
+        request: ApprovalRequest,
+        run_reason: EndReason | None = None,
+        also: dict[str, str] | None = None,
+    ) -> None:
+        """Update every card of `request` in place: the outcome instead of the buttons.
+        `also` is the card that was clicked, in case it was not recorded yet."""
+        outcome = outcome_text(request, run_reason)
+        cards = list(request.cards)
+        if also and also.get("channel") and also.get("ts") and also not in cards:
+            cards.append(also)
+        for card in cards:
+            note = None
+            if card["channel"] != request.channel_id and request.channel_id:
+                note = m.CARD_FROM_THREAD.format(channel=channel_link(request.channel_id))
+            message = self.card(request, elsewhere=note, outcome=outcome)
+            try:
+                self.client.chat_update(
+                    channel=card["channel"], ts=card["ts"], text=message.text, blocks=message.blocks
+                )
+            except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
+                log.exception("approval_card_update_failed", approval_id=request.id, **card)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    @never_raises
+    def finished(self, run: Run) -> None:
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        self._stop_status(run.id)
+        sending = self.throttle.close(run.id)
+        if not channel or not thread_ts:
+            return
+        cancelled_by = None
+        if run.reason == EndReason.CANCELLED:
+            cancelled_by = self.rt.store.cancel_requested_by(run.id)
+        with sending or contextlib.nullcontext():
+            self._final_status(run, channel, thread_ts, cancelled_by)
+        for message in answer_messages(run, cancelled_by):
+            self.client.chat_postMessage(
+                channel=channel,
+                thread_ts=thread_ts,
+                text=message.text,
+                blocks=message.blocks,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+
+    def _final_status(
+        self, run: Run, channel: str, thread_ts: str, cancelled_by: str | None
+    ) -> None:
+        if run.origin.get("assistant"):
+            self._set_status(channel, thread_ts, "")
+            return
+        status_ts = run.origin.get("status_ts")
+        if status_ts:
+            self._update(channel, status_ts, status_final(run, cancelled_by))

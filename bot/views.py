@@ -1,0 +1,329 @@
+"""Block Kit for modals, App Home and run lists (≤ 100 blocks, well under 250 kB)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from approvals import ApprovalRequest
+from bot import messages as m
+from bot.blocks import (
+    APPROVE,
+    REJECT,
+    REJECT_MODAL,
+    REJECT_REASON_BLOCK,
+    REJECT_REASON_INPUT,
+    SHOW_ARGS,
+    VIEW_RUN,
+    actions,
+    button,
+    context,
+    divider,
+    header,
+    section,
+    why,
+)
+from bot.mrkdwn import (
+    channel,
+    code,
+    cut,
+    date,
+    duration,
+    escape,
+    mention,
+    one_line,
+    plain,
+    split,
+    to_mrkdwn,
+)
+from worker.events import Event
+from worker.run import Run
+
+MAX_VIEW_BLOCKS = 100
+MAX_EVENT_BLOCKS = 80
+EVENT_TEXT = 1500  # per event block: 80 of them stay far below 250 kB
+REASON_MAX = 500
+HOME_RUNS = 15
+HOME_APPROVALS = 10
+HOME_FAILURES = 5
+
+
+def modal(title: str, blocks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": plain(title, 24)},
+        "close": {"type": "plain_text", "text": m.CLOSE},
+        "blocks": blocks[:MAX_VIEW_BLOCKS],
+    }
+    view.update(extra)
+    return view
+
+
+# -- approvals -----------------------------------------------------------------------------------
+
+
+def reject_modal(request: ApprovalRequest, metadata: str) -> dict[str, Any]:
+    return modal(
+        m.MODAL_REJECT_TITLE,
+        [
+            section(
+                m.REJECT_INTRO.format(user=mention(request.requester), tool=escape(request.tool))
+            ),
+            {
+                "type": "input",
+                "block_id": REJECT_REASON_BLOCK,
+                "optional": True,
+                "label": {"type": "plain_text", "text": m.REJECT_REASON_LABEL},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": REJECT_REASON_INPUT,
+                    "multiline": True,
+                    "max_length": REASON_MAX,
+                    "placeholder": {"type": "plain_text", "text": m.REJECT_REASON_PLACEHOLDER},
+                },
+            },
+        ],
+        callback_id=REJECT_MODAL,
+        submit={"type": "plain_text", "text": m.SUBMIT_REJECT},
+        private_metadata=metadata,
+    )
+
+
+def args_modal(request: ApprovalRequest) -> dict[str, Any]:
+    full = json.dumps(request.args, indent=2, ensure_ascii=False, default=str)
+    pieces = split(escape(full), 2800)
+    blocks = [section(f"*{escape(request.tool)}* · {mention(request.requester)}")]
+    budget = 200_000
+    for piece in pieces[: MAX_VIEW_BLOCKS - 2]:
+        budget -= len(piece)
+        if budget < 0:
+            blocks.append(section(m.ANSWER_CUT))
+            break
+        blocks.append(section("```" + piece.replace("```", "`\u200b``") + "```"))
+    return modal(m.MODAL_ARGS_TITLE, blocks)
+
+
+# -- a run's trajectory --------------------------------------------------------------------------
+
+
+def run_modal(run: Run, events: list[Event], cancelled_by: str | None = None) -> dict[str, Any]:
+    reason = f" ({why(run, cancelled_by)})" if run.reason else ""
+    blocks: list[dict[str, Any]] = [
+        section(
+            m.RUN_HEAD.format(
+                run_id=run.id,
+                status=m.STATUS_WORDS.get(run.status.value, run.status.value),
+                reason=reason,
+                user=mention(run.requester.user_id),
+                channel=channel(run.requester.channel_id),
+                when=date(run.created_at),
+            )
+        ),
+        section(m.RUN_QUESTION.format(question=cut(escape(run.question), 2500))),
+        section(
+            m.RUN_DEMOS.format(demos=escape(", ".join(run.demos))) if run.demos else m.RUN_NO_DEMOS
+        ),
+        divider(),
+    ]
+    shown = [line for e in events if (line := event_line(e, run.created_at))]
+    for line in shown[:MAX_EVENT_BLOCKS]:
+        blocks.append(section(cut(line, EVENT_TEXT)))
+    if len(shown) > MAX_EVENT_BLOCKS:
+        blocks.append(
+            context(m.RUN_MORE_EVENTS.format(count=len(shown) - MAX_EVENT_BLOCKS, run_id=run.id))
+        )
+    blocks.append(divider())
+    if run.answer:
+        blocks.append(section(m.RUN_ANSWER.format(answer=cut(to_mrkdwn(run.answer), 2800))))
+    if run.detail and run.status.value != "completed":
+        blocks.append(section(m.RUN_WHY.format(why=cut(escape(run.detail), 1000))))
+    u = run.usage
+    blocks.append(
+        context(
+            m.RUN_TOTALS.format(
+                steps=u.steps,
+                tool_calls=u.tool_calls,
+                tokens=u.tokens,
+                prompt=u.prompt_tokens,
+                completion=u.completion_tokens,
+                cost=u.cost,
+                working=duration(u.active_seconds),
+                elapsed=duration((run.ended_at or time.time()) - run.created_at),
+            )
+        )
+    )
+    return modal(m.MODAL_RUN_TITLE, blocks)
+
+
+def event_line(event: Event, start: float) -> str:
+    """One event in words, every value that came from the model or a tool escaped."""
+    d = event.data
+    offset = f"{max(0.0, event.at - start):.2f}s"
+    kind = event.kind
+    if kind == "run_created":
+        return m.EVENT_ASKED.format(
+            offset=offset,
+            user=mention(str(d.get("user", ""))),
+            question=one_line(str(d.get("question", "")), 500),
+        )
+    if kind == "model_call":
+        lines = [
+            m.EVENT_MODEL.format(
+                offset=offset,
+                step=d.get("step"),
+                finish=escape(str(d.get("finish_reason"))),
+                tokens=int(d.get("prompt_tokens") or 0) + int(d.get("completion_tokens") or 0),
+                cost=float(d.get("cost") or 0.0),
+                seconds=float(d.get("seconds") or 0.0),
+            )
+        ]
+        if d.get("content"):
+            lines.append(m.EVENT_MODEL_SAYS.format(content=one_line(str(d["content"]), 500)))
+        for call in d.get("calls") or []:
+            lines.append(
+                m.EVENT_MODEL_CALL.format(
+                    tool=escape(str(call.get("name", ""))),
+                    args=short_code(call.get("arguments", ""), 300),
+                )
+            )
+        return "\n".join(lines)
+    if kind == "tool_result":
+        return m.EVENT_RESULT.format(
+            offset=offset,
+            tool=escape(str(d.get("tool"))),
+            mark=m.EVENT_RESULT_OK if d.get("ok") else m.EVENT_RESULT_ERROR,
+            result=one_line(str(d.get("result", "")), 600),
+        )
+    if kind == "tool_denied":
+        return m.EVENT_DENIED.format(
+            offset=offset, tool=escape(str(d.get("tool"))), why=one_line(str(d.get("why")), 400)
+        )
+    if kind == "tool_invalid":
+        return m.EVENT_INVALID.format(
+            offset=offset,
+            tool=escape(str(d.get("tool"))),
+            error=one_line(str(d.get("error")), 400),
+        )
+    if kind == "approval_requested":
+        return m.EVENT_APPROVAL.format(
+            offset=offset,
+            tool=escape(str(d.get("tool"))),
+            args=short_code(d.get("args"), 400),
+            approvers=escape(str(d.get("approvers", ""))),
+        )
+    if kind == "approval_decided":
+        reason = f": {one_line(str(d['reason']), 300)}" if d.get("reason") else ""
+        return m.EVENT_DECIDED.format(
+            offset=offset,
+            status=escape(str(d.get("status"))),
+            user=mention(str(d.get("by", ""))),
+            reason=reason,
+        )
+    if kind == "approval_expired":
+        return m.EVENT_EXPIRED.format(offset=offset, tool=escape(str(d.get("tool"))))
+    if kind == "decision_refused":
+        return m.EVENT_REFUSED.format(offset=offset, user=mention(str(d.get("by", ""))))
+    if kind == "cancel_requested":
+        return m.EVENT_CANCEL.format(offset=offset, user=mention(str(d.get("by", ""))))
+    if kind.startswith("run_") and kind != "run_created":
+        ended = d.get("reason")
+        text = m.REASONS.get(str(ended), escape(str(ended))) if ended else ""
+        return m.EVENT_END.format(
+            offset=offset, status=escape(kind[4:]), why=f": {text}" if text else ""
+        )
+    if kind in ("suspended", "demos_selected", "write_started"):
+        return ""
+    return m.EVENT_OTHER.format(offset=offset, kind=escape(kind.replace("_", " ")))
+
+
+def short_code(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return code(cut(" ".join(text.split()), limit))
+
+
+# -- lists -----------------------------------------------------------------------------------------
+
+
+def run_line(run: Run) -> dict[str, Any]:
+    block = section(
+        m.RUN_LINE.format(
+            run_id=run.id,
+            status=m.STATUS_WORDS.get(run.status.value, run.status.value),
+            when=date(run.created_at, "{date_short} {time}"),
+            user=mention(run.requester.user_id),
+            question=one_line(run.question, 150),
+        )
+    )
+    block["accessory"] = button(m.VIEW, VIEW_RUN, run.id)
+    return block
+
+
+def runs_blocks(title: str, runs: list[Run], note: str = "") -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [section(f"*{title}*")]
+    if note:
+        blocks.append(context(note))
+    if not runs:
+        blocks.append(section(m.RUNS_NONE))
+    blocks.extend(run_line(r) for r in runs[:20])
+    return blocks
+
+
+def approval_line(request: ApprovalRequest, *, buttons: bool) -> list[dict[str, Any]]:
+    text = m.HOME_WAITING_LINE.format(
+        user=mention(request.requester),
+        tool=escape(request.tool),
+        args=short_code(request.args, 200),
+        expires=date(request.expires_at),
+    )
+    if not buttons:
+        return [section(text)]
+    return [
+        section(text),
+        actions(
+            button(m.APPROVE, APPROVE, request.id, style="primary"),
+            button(m.REJECT, REJECT, request.id, style="danger"),
+            button(m.SHOW_ALL, SHOW_ARGS, request.id),
+            block_id=f"sb_home_{request.id}"[:255],
+        ),
+    ]
+
+
+# -- App Home -------------------------------------------------------------------------------------
+
+
+def home_view(
+    *,
+    mine: list[Run],
+    waiting: list[ApprovalRequest],
+    admin: bool,
+    recent: list[Run] | None = None,
+    pending: list[ApprovalRequest] | None = None,
+    failures: list[Run] | None = None,
+    spend: tuple[float, int, int] | None = None,
+) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = [header(m.HOME_TITLE), context(m.HOME_INTRO)]
+    blocks += [divider(), section(f"*{m.HOME_WAITING}*")]
+    if not waiting:
+        blocks.append(context(m.HOME_WAITING_NONE))
+    for request in waiting[:HOME_APPROVALS]:
+        blocks += approval_line(request, buttons=True)
+    if len(waiting) > HOME_APPROVALS:
+        blocks.append(context(m.HOME_MORE.format(count=len(waiting) - HOME_APPROVALS)))
+    blocks += [divider(), section(f"*{m.HOME_MINE}*")]
+    blocks += [run_line(r) for r in mine[:HOME_RUNS]] or [context(m.HOME_NONE)]
+    if admin:
+        if spend is not None:
+            cost, count, tokens = spend
+            blocks += [
+                divider(),
+                section(m.HOME_SPEND.format(cost=cost, runs=count, tokens=tokens)),
+            ]
+        blocks += [divider(), section(f"*{m.HOME_ALL}*")]
+        blocks += [run_line(r) for r in (recent or [])[:HOME_RUNS]] or [context(m.HOME_NONE)]
+        blocks += [divider(), section(f"*{m.HOME_PENDING_ALL}*")]
+        lines = [approval_line(r, buttons=False)[0] for r in (pending or [])[:HOME_APPROVALS]]
+        blocks += lines or [context(m.HOME_NONE)]
+        blocks += [divider(), section(f"*{m.HOME_FAILURES}*")]
+        blocks += [run_line(r) for r in (failures or [])[:HOME_FAILURES]] or [context(m.HOME_NONE)]
+    return {"type": "home", "blocks": blocks[:MAX_VIEW_BLOCKS]}

@@ -1,0 +1,152 @@
+"""SlackSurface on its own: throttled progress, assistant status upkeep, cards in the thread
+and the approvals channel, and Slack failures that never reach the run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from slack_sdk import WebClient
+
+from bot.blocks import CANCEL
+from bot.surface import SlackSurface
+from tests.bot_helpers import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_server import FakeSlack, next_ts
+from tests.runtime_helpers import make_runtime, requester
+from worker import jobs, service
+from worker.run import EndReason, Run, RunStatus
+from worker.runtime import Runtime
+
+APPROVALS = "C0APPROVALS"
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        yield fake
+
+
+@pytest.fixture
+def rt(
+    redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
+) -> Runtime:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY + f"approvals_channel: {APPROVALS}\n")
+    return make_runtime(redis_conn, model_server.url, policy_file=policy)
+
+
+def running(rt: Runtime, **origin: str) -> Run:
+    thread_ts = next_ts()
+    run = service.submit(
+        rt,
+        "a question",
+        requester(rt, ALICE),
+        origin={"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, **origin},
+    )
+    run.status = RunStatus.RUNNING
+    rt.store.save(run)
+    return run
+
+
+def test_progress_is_one_message_updated_at_most_once_per_interval(
+    rt: Runtime, slack: FakeSlack
+) -> None:
+    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt, update_interval=0.3)
+    run = running(rt)
+    for step in range(1, 21):
+        surface.progress(run, f"Thinking (step {step} of 20)")
+    assert len(slack.calls("chat.postMessage")) == 1
+    assert slack.calls("chat.update") == []  # all held back: the message was just posted
+    update = slack.wait_for_call("chat.update")
+    assert "step 20 of 20" in texts(update["blocks"])  # the latest word, not the first
+    assert CANCEL in buttons(update["blocks"]) and run.origin["status_ts"] == update["ts"]
+
+    surface.progress(run, "Running calculate")  # held back again ...
+    run.status, run.reason = RunStatus.PARTIAL, EndReason.DEADLINE
+    surface.finished(run)  # ... and dropped: the final state wins
+    final = slack.calls("chat.update")[-1]
+    assert "ran out of time" in texts(final["blocks"]) and CANCEL not in buttons(final["blocks"])
+    surface.close()
+    assert len(slack.calls("chat.update")) == 2
+
+
+def test_assistant_status_is_refreshed_while_the_run_works(rt: Runtime, slack: FakeSlack) -> None:
+    surface = SlackSurface(
+        WebClient(token=TOKEN, base_url=slack.url), rt, update_interval=0.0, status_refresh=0.05
+    )
+    run = running(rt, assistant="1")
+    surface.progress(run, "Thinking (step 1 of 8)")
+    slack.wait_for(lambda: len(slack.calls("assistant.threads.setStatus")) >= 3)
+    assert slack.calls("chat.postMessage") == []  # no status message in assistant threads
+
+    run.status = RunStatus.COMPLETED
+    run.answer = "Done."
+    rt.store.save(run)
+    surface.finished(run)
+    assert slack.calls("assistant.threads.setStatus")[-1]["status"] == ""
+    answer = slack.last("chat.postMessage")
+    assert answer["thread_ts"] == run.origin["thread_ts"] and "Done." in texts(answer["blocks"])
+    surface.close()
+
+
+def test_cards_go_to_the_thread_and_the_approvals_channel_and_expire_in_both(
+    rt: Runtime, slack: FakeSlack, redis_conn: redis.Redis
+) -> None:
+    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    rt.surfaces["slack"] = surface
+    run = running(rt)
+    tool = rt.registry.get("create_ticket")
+    assert tool is not None
+    request = rt.approvals.create(
+        run_id=run.id,
+        call_id="c1",
+        tool="create_ticket",
+        args={"project": "IT", "title": "VPN", "body": "down"},
+        requester=ALICE,
+        team_id="T0001",
+        channel_id=CHANNEL,
+        policy_version=rt.policy.version,
+        ttl=60,
+    )
+    surface.approval_requested(run, request, tool)
+    cards = rt.approvals.get(request.id).cards
+    assert [c["channel"] for c in cards] == [CHANNEL, APPROVALS]
+    assert slack.calls("chat.postMessage")[0]["thread_ts"] == run.origin["thread_ts"]
+    assert "<#C0001>" in texts(slack.calls("chat.postMessage")[1]["blocks"])
+
+    assert jobs.expire(rt, request.id) == "expired"  # the worker's expiry calls the surface
+    updates = slack.calls("chat.update")
+    assert {u["channel"] for u in updates} == {CHANNEL, APPROVALS}
+    assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
+    surface.close()
+
+
+def test_slack_failures_never_reach_the_run(rt: Runtime, slack: FakeSlack) -> None:
+    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    run = running(rt)
+    slack.fail("chat.postMessage", "channel_not_found", times=10)
+    surface.progress(run, "Thinking")
+    tool = rt.registry.get("create_ticket")
+    assert tool is not None
+    request = rt.approvals.create(
+        run_id=run.id,
+        call_id="c1",
+        tool="create_ticket",
+        args={"title": "x"},
+        requester=ALICE,
+        team_id="T0001",
+        channel_id=CHANNEL,
+        policy_version=rt.policy.version,
+        ttl=60,
+    )
+    surface.approval_requested(run, request, tool)
+    run.status, run.answer = RunStatus.COMPLETED, "ok"
+    surface.finished(run)
+    slack.stop()  # Slack unreachable altogether
+    surface.progress(run, "Thinking")
+    surface.approval_resolved(run, request)
+    assert "status_ts" not in run.origin
+    surface.close()
