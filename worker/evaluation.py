@@ -35,12 +35,13 @@ class Outcome(StrEnum):
     COMPLETED_WITH_EVIDENCE = "completed_with_evidence"
     INCORRECT_COMPLETION = "incorrect_completion"
     SAFE_PARTIAL = "safe_partial"
+    UNEXPECTED_PARTIAL = "unexpected_partial"  # ended partial as allowed, but checks failed
     OVER_REFUSAL = "over_refusal"
 
 
 @dataclass(frozen=True)
 class Expect:
-    status: str = "completed"
+    status: tuple[str, ...] = ("completed",)  # the endings that count as right
     reason: str | None = None
     answer_contains: tuple[str, ...] = ()
     answer_excludes: tuple[str, ...] = ()
@@ -85,6 +86,7 @@ class CaseResult:
     calls: list[str]
     demos: list[str]
     run_id: str
+    answer: str
     failures: list[str]
 
 
@@ -96,10 +98,13 @@ def load(path: Path) -> Suite:
     if not isinstance(raw, dict) or not isinstance(raw.get("cases"), list):
         raise CaseError(f"{path}: expected a mapping with a 'cases' list")
     cases = tuple(_case(item, n) for n, item in enumerate(raw["cases"], 1))
-    ids = Counter(c.id for c in cases)
-    duplicated = [i for i, count in ids.items() if count > 1]
-    if duplicated:
-        raise CaseError(f"{path}: duplicate case ids: {', '.join(duplicated)}")
+    for what, values in (
+        ("ids", [c.id for c in cases]),
+        ("questions", [c.question for c in cases]),
+    ):
+        duplicated = [v for v, count in Counter(values).items() if count > 1]
+        if duplicated:  # scripts are keyed by question: a duplicate would replace another's
+            raise CaseError(f"{path}: duplicate case {what}: {'; '.join(duplicated)}")
     knowledge = raw.get("knowledge")
     return Suite(
         cases=cases,
@@ -119,6 +124,8 @@ def _case(item: Any, n: int) -> Case:
         raise CaseError(f"{label}: needs a question")
     approvals = item.get("approvals", "approve")
     approvals = (approvals,) if isinstance(approvals, str) else tuple(approvals)
+    if not approvals:
+        raise CaseError(f"{label}: approvals must name at least one decision")
     for decision in approvals:
         if not str(decision).startswith(("approve", "reject", "expire")):
             raise CaseError(f"{label}: approvals are approve, reject[: reason] or expire")
@@ -132,7 +139,7 @@ def _case(item: Any, n: int) -> Case:
             approvals=approvals,
             script=tuple(ScriptedTurn.parse(t) for t in item.get("script") or ()),
             expect=Expect(
-                status=expect.get("status", "completed"),
+                status=_statuses(expect.get("status", "completed"), label),
                 reason=expect.get("reason"),
                 answer_contains=tuple(expect.get("answer_contains") or ()),
                 answer_excludes=tuple(expect.get("answer_excludes") or ()),
@@ -143,6 +150,14 @@ def _case(item: Any, n: int) -> Case:
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise CaseError(f"{label}: malformed ({exc})") from exc
+
+
+def _statuses(value: Any, label: str) -> tuple[str, ...]:
+    statuses = (value,) if isinstance(value, str) else tuple(value)
+    allowed = {s.value for s in RunStatus if s.terminal}
+    if not statuses or not set(statuses) <= allowed:
+        raise CaseError(f"{label}: expect.status must be among {', '.join(sorted(allowed))}")
+    return statuses
 
 
 def scripted_model(suite: Suite) -> ScriptedModel:
@@ -232,6 +247,7 @@ def score(
         calls=proposed,
         demos=list(run.demos),
         run_id=run.id,
+        answer=run.answer or run.detail,
         failures=failures,
     )
 
@@ -239,8 +255,8 @@ def score(
 def check(expect: Expect, run: Run, proposed: list[str], effects: dict[str, int]) -> list[str]:
     failures: list[str] = []
     answer = (run.answer or "").lower()
-    if run.status.value != expect.status:
-        failures.append(f"status {run.status.value}, expected {expect.status}")
+    if run.status.value not in expect.status:
+        failures.append(f"status {run.status.value}, expected {' or '.join(expect.status)}")
     if expect.reason and (run.reason is None or run.reason.value != expect.reason):
         failures.append(f"reason {run.reason}, expected {expect.reason}")
     failures += [f"answer lacks {s!r}" for s in expect.answer_contains if s.lower() not in answer]
@@ -257,12 +273,10 @@ def check(expect: Expect, run: Run, proposed: list[str], effects: dict[str, int]
 
 def classify(expect: Expect, run: Run, failures: list[str]) -> Outcome:
     if run.status == RunStatus.COMPLETED:
-        if expect.status == "completed" and not failures:
-            return Outcome.COMPLETED_WITH_EVIDENCE
-        return Outcome.INCORRECT_COMPLETION
-    if expect.status == "completed":
+        return Outcome.INCORRECT_COMPLETION if failures else Outcome.COMPLETED_WITH_EVIDENCE
+    if run.status.value not in expect.status:
         return Outcome.OVER_REFUSAL
-    return Outcome.SAFE_PARTIAL
+    return Outcome.UNEXPECTED_PARTIAL if failures else Outcome.SAFE_PARTIAL
 
 
 @dataclass
@@ -303,6 +317,7 @@ SHORT = {
     Outcome.COMPLETED_WITH_EVIDENCE: "ok",
     Outcome.INCORRECT_COMPLETION: "WRONG",
     Outcome.SAFE_PARTIAL: "safe-partial",
+    Outcome.UNEXPECTED_PARTIAL: "WRONG-partial",
     Outcome.OVER_REFUSAL: "over-refusal",
 }
 
