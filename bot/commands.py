@@ -72,7 +72,7 @@ def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> li
     if scope in ("all", "user") and not admin:
         scope, note = "mine", m.RUNS_ADMIN_ONLY
     filter_user = {"mine": user_id, "user": who, "all": None}[scope]
-    runs = rt.store.list(user_id=filter_user, status=command.status, limit=20)
+    runs = rt.store.recent(user_id=filter_user, status=command.status, limit=20)
     if scope == "mine":
         title = m.RUNS_SCOPE_MINE
     elif scope == "all":

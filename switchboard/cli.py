@@ -223,7 +223,7 @@ def cmd_runs_list(config: Config, args: argparse.Namespace) -> int:
 
     rt = runtime(config)
     status = RunStatus(args.status) if args.status else None
-    runs = rt.store.list(user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
+    runs = rt.store.recent(user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
     if not runs:
         print("no runs")
     for run in runs:

@@ -86,7 +86,7 @@ class BotEnv:
         work(self.rt)
 
     def runs(self) -> list[Run]:
-        return self.rt.store.list(limit=100)
+        return self.rt.store.recent(limit=100)
 
     def wait_for_runs(self, count: int) -> list[Run]:
         def enough() -> list[Run]:

@@ -236,6 +236,7 @@ def test_an_event_delivered_three_times_creates_one_run(
     assert [r.status for r in responses] == [200, 200, 200]
 
     env.wait_for_runs(1)
+    wait_until(lambda: env.rt.queue.count >= 1, what="the run's job")  # created, then enqueued
     assert len(env.runs()) == 1
     assert env.rt.queue.count == 1
     assert env.rt.redis.exists(f"sb:slack:event:{body['event_id']}")

@@ -317,13 +317,13 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
 
 
 def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
-    for approval_id in run.pending_approvals:
+    run.status, run.reason, run.detail = finish.status, finish.reason, finish.detail
+    run.ended_at = time.time()
+    for approval_id in run.pending_approvals:  # the surfaces see why they were withdrawn
         decision = rt.approvals.withdraw(approval_id, finish.detail or "the run ended")
         if decision.won:
             rt.cancel_expiry(approval_id)
             rt.surface(run.origin.get("surface")).approval_resolved(run, decision.request)
-    run.status, run.reason, run.detail = finish.status, finish.reason, finish.detail
-    run.ended_at = time.time()
     if run.answer and run.notes:
         run.answer += "\n\n" + "\n".join(f"_Note: {note}_" for note in run.notes)
     rt.store.save(run, lease_token)

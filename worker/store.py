@@ -7,7 +7,7 @@ import time
 import redis
 
 from approvals import WAKE_LUA
-from worker.run import Run, RunStatus
+from worker.run import Run, RunSchemaError, RunStatus
 
 # KEYS: doc, lease, new status index, events, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep).
@@ -136,7 +136,7 @@ class RunStore:
         return who.decode() if who is not None else None
 
     # inspection
-    def list(
+    def recent(
         self,
         *,
         user_id: str | None = None,
@@ -154,6 +154,22 @@ class RunStore:
         if status is not None:
             runs = [r for r in runs if r.status == status]
         return runs[:limit]
+
+    def created_since(self, since: float, limit: int = 5000) -> list[Run]:
+        """Runs created at or after `since` (oldest first), for totals such as today's spend.
+        Runs written by another schema version are skipped, not fatal."""
+        ids = self.redis.zrangebyscore(self.all_key, since, "+inf", start=0, num=limit)
+        runs: list[Run] = []
+        for start in range(0, len(ids), 200):
+            raws = self.redis.mget([self.key(i.decode()) for i in ids[start : start + 200]])
+            for raw in raws:
+                if raw is None:
+                    continue
+                try:
+                    runs.append(Run.from_json(raw))
+                except RunSchemaError:
+                    continue
+        return runs
 
     def trim_indexes(self) -> None:
         """Drop index entries of runs past retention (their documents expired on their own)."""
