@@ -85,6 +85,7 @@ class ApprovalStore:
     def create(
         self,
         *,
+        approval_id: str | None = None,
         run_id: str,
         call_id: str,
         tool: str,
@@ -95,9 +96,14 @@ class ApprovalStore:
         policy_version: str,
         ttl: float,
     ) -> ApprovalRequest:
+        """A new pending request. With an `approval_id` that exists, that request instead."""
+        if approval_id is not None:
+            existing = self.find(approval_id)
+            if existing is not None:
+                return existing
         now = time.time()
         request = ApprovalRequest(
-            id="ap_" + secrets.token_hex(10),
+            id=approval_id or "ap_" + secrets.token_hex(10),
             run_id=run_id,
             call_id=call_id,
             tool=tool,

@@ -33,7 +33,7 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
     if not calls:
         return
     names = ", ".join(sorted({c.name for c in calls}))
-    rt.surface(run.origin.get("surface")).progress(run, f"Running {names}")
+    rt.surface(run).progress(run, f"Running {names}")
     futures = []
     for call in calls:
         tool = rt.registry.get(call.name)
@@ -82,7 +82,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
         tool=call.name,
         pid=os.getpid(),
     )
-    rt.surface(run.origin.get("surface")).progress(run, f"Running {call.name} (approved)")
+    rt.surface(run).progress(run, f"Running {call.name} (approved)")
     observation = execute(tool, ctx, call.args)
     rt.ledger.finish(request.id, observation.ok, observation.text)
     record_result(rt, run, call, observation, approval_id=request.id)

@@ -76,7 +76,7 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
     rt.events.append(request.run_id, "approval_expired", approval_id=approval_id, tool=request.tool)
     run = rt.store.find(request.run_id)
     if run is not None:
-        rt.surface(run.origin.get("surface")).approval_resolved(run, decision.request)
+        rt.surface(run).approval_resolved(run, decision.request)
     enqueue_advance(rt, request.run_id)
     return "expired"
 

@@ -95,12 +95,12 @@ def next_step(rt: Runtime, run: Run, clock: Clock) -> Step:
 
 def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     model = rt.require_model()
-    allowed = rt.policy.allowed_tools(frozenset(run.requester.roles))
-    demos = select_demos(rt, run, set(allowed))
-    specs = [rt.registry.get(name).openai_spec() for name in allowed]  # type: ignore[union-attr]
+    allowed = set(rt.policy.allowed_tools(frozenset(run.requester.roles)))
+    demos = select_demos(rt, run, allowed)
+    specs = [tool.openai_spec() for tool in rt.registry if tool.name in allowed]
     remaining = run.budgets.deadline_seconds - clock.total()
     timeout = max(1.0, min(rt.settings.model_timeout, remaining))
-    rt.surface(run.origin.get("surface")).progress(
+    rt.surface(run).progress(
         run, f"Thinking (step {run.usage.steps + 1} of {run.budgets.max_steps})"
     )
     try:
@@ -210,10 +210,7 @@ def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
         if repeated is not None:
             return repeated
     executor.run_reads(rt, run, [c for c in run.turn if c.effect == "read"])
-    for call in run.turn:
-        if call.effect == "write":
-            request_approval(rt, run, call)
-    return Continue()
+    return Continue()  # saved before any approval is asked for; resolve_turn asks
 
 
 def check_call(rt: Runtime, run: Run, call: Call) -> Finish | None:
@@ -261,6 +258,7 @@ def observe_denial(rt: Runtime, run: Run, call: Call, text: str) -> None:
 def request_approval(rt: Runtime, run: Run, call: Call) -> None:
     assert call.args is not None
     request = rt.approvals.create(
+        approval_id=approval_id_for(run, call),
         run_id=run.id,
         call_id=call.id,
         tool=call.name,
@@ -290,15 +288,21 @@ def request_approval(rt: Runtime, run: Run, call: Call) -> None:
     )
     tool = rt.registry.get(call.name)
     assert tool is not None
-    rt.surface(run.origin.get("surface")).approval_requested(run, request, tool)
+    rt.surface(run).approval_requested(run, request, tool)
+
+
+def approval_id_for(run: Run, call: Call) -> str:
+    """The same call of the same run always maps to the same request, so a worker that
+    stops between asking and saving asks again for the same request, not a second one."""
+    return "ap_" + hashlib.sha256(f"{run.id}:{call.id}".encode()).hexdigest()[:20]
 
 
 def resolve_turn(rt: Runtime, run: Run) -> Step:
-    """Collect the decided writes of the open turn; suspend while any is undecided."""
+    """Ask for the turn's writes; collect decided ones; suspend while any is undecided."""
     for call in run.turn:
         if call.state == "done":
             continue
-        if call.approval_id is None:  # the worker stopped between planning and asking
+        if call.approval_id is None:
             request_approval(rt, run, call)
             continue
         request = rt.approvals.get(call.approval_id)
@@ -308,7 +312,7 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
         call.result = executor.run_decided(rt, run, call, request)
         call.state = "done"
     if any(c.state == "pending" for c in run.turn):
-        rt.surface(run.origin.get("surface")).progress(run, "Waiting for approval")
+        rt.surface(run).progress(run, "Waiting for approval")
         return Suspend()
     for call in run.turn:
         run.messages.append({"role": "tool", "tool_call_id": call.id, "content": call.result or ""})
@@ -323,7 +327,7 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         decision = rt.approvals.withdraw(approval_id, finish.detail or "the run ended")
         if decision.won:
             rt.cancel_expiry(approval_id)
-            rt.surface(run.origin.get("surface")).approval_resolved(run, decision.request)
+            rt.surface(run).approval_resolved(run, decision.request)
     if run.answer and run.notes:
         run.answer += "\n\n" + "\n".join(f"_Note: {note}_" for note in run.notes)
     rt.store.save(run, lease_token)
@@ -339,4 +343,4 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         seconds=run.usage.active_seconds,
     )
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
-    rt.surface(run.origin.get("surface")).finished(run)
+    rt.surface(run).finished(run)

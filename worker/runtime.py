@@ -16,7 +16,7 @@ from tools import Policy, ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
 from worker.model import Model, ModelNotConfigured
-from worker.run import Budgets
+from worker.run import Budgets, Run
 from worker.store import RunStore
 from worker.surface import Guarded, SilentSurface, Surface
 
@@ -76,8 +76,9 @@ class Runtime:
             self.settings.queue_name, connection=self.redis, serializer=JSONSerializer
         )
 
-    def surface(self, name: str | None) -> Surface:
-        found = self.surfaces.get(name or "")
+    def surface(self, run: Run) -> Surface:
+        """Where this run reports: the surface it came from, guarded; silent if none."""
+        found = self.surfaces.get(run.origin.get("surface", ""))
         return Guarded(found) if found is not None else _SILENT
 
     def expiry_job_id(self, approval_id: str) -> str:
