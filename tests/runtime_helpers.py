@@ -12,6 +12,7 @@ import redis
 import tools.builtin
 from tools import Policy, registry
 from worker import runtime as runtime_module
+from worker import service
 from worker.model import ModelClient
 from worker.process import make_worker
 from worker.run import Budgets, Requester, Run
@@ -67,6 +68,19 @@ def requester(rt: Runtime, user_id: str, groups: tuple[str, ...] = ()) -> Reques
         channel_id="C0001",
         roles=sorted(rt.policy.roles_for(user_id, groups)),
     )
+
+
+def approve_first(rt: Runtime, run_id: str, user: Requester = ALICE) -> None:
+    """Approve the run's first pending request as `user`, who must be allowed to."""
+    run = rt.store.load(run_id)
+    outcome = service.decide(
+        rt,
+        run.pending_approvals[0],
+        decider_id=user.user_id,
+        decider_roles=frozenset(user.roles),
+        approve=True,
+    )
+    assert outcome.result == service.DecisionResult.DECIDED, outcome
 
 
 def work(rt: Runtime, *, with_scheduler: bool = False) -> None:

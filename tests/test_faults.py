@@ -15,7 +15,7 @@ from tests import fault_tools
 from tests.fakes.openai_server import Fault, Script, Turn
 from tests.processes import WorkerProcess, worker_env
 from tests.redis_server import RedisServer
-from tests.runtime_helpers import ALICE, make_runtime, wait_until, work
+from tests.runtime_helpers import ALICE, approve_first, make_runtime, wait_until, work
 from tools import registry, tool_of
 from tools.builtin.tickets import TicketStore
 from worker import service
@@ -87,18 +87,6 @@ def cluster(redis_url, model_server, tmp_path, faults) -> Iterator[Cluster]:
     group.stop()
 
 
-def _approve(rt: Runtime, run_id: str) -> None:
-    run = rt.store.load(run_id)
-    outcome = service.decide(
-        rt,
-        run.pending_approvals[0],
-        decider_id="UALICE",
-        decider_roles=frozenset(ALICE.roles),
-        approve=True,
-    )
-    assert outcome.result == service.DecisionResult.DECIDED
-
-
 def _ends(rt: Runtime, run_id: str, killed_at: float):
     run = wait_until(
         lambda: (r := rt.store.load(run_id)).status.terminal and r,
@@ -157,7 +145,7 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
         )
         run = service.submit(rt, question, ALICE)
         wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
-        _approve(rt, run.id)
+        approve_first(rt, run.id)
         wait_until(lambda w=name: (faults / f"write-{w}").exists(), what="the write to start")
         cluster.kill_holder(redis_conn, rt, run.id)
         killed = time.time()
@@ -175,7 +163,7 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
         run = service.submit(rt, question, ALICE)
         wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
         _hold(faults)
-        _approve(rt, run.id)
+        approve_first(rt, run.id)
         cluster.kill_holder(redis_conn, rt, run.id)  # as soon as a worker has taken the run
         killed = time.time()
         _released(faults)
@@ -211,7 +199,7 @@ def test_pending_approvals_survive_a_redis_restart_with_aof(model_server, tmp_pa
         rt = make_runtime(conn, model_server.url)
         assert len(rt.approvals.pending()) == 5
         for r in runs:
-            _approve(rt, r.id)
+            approve_first(rt, r.id)
         work(rt)
         assert all(rt.store.load(r.id).status == RunStatus.COMPLETED for r in runs)
         assert TicketStore(tickets_db).count_executions("create_ticket") == 5

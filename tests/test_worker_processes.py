@@ -9,7 +9,7 @@ import pytest
 from switchboard.cli import main
 from tests.fakes.openai_server import Turn
 from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import ALICE, make_runtime, wait_until, work
+from tests.runtime_helpers import ALICE, approve_first, make_runtime, wait_until, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import RunStatus
@@ -33,14 +33,7 @@ def test_approval_resumes_the_run_in_another_worker_process(
 
     worker = WorkerProcess(worker_env(redis_url, model_server.url, tmp_path), tmp_path / "w.log")
     try:
-        outcome = service.decide(
-            rt,
-            run.pending_approvals[0],
-            decider_id="UALICE",
-            decider_roles=frozenset(ALICE.roles),
-            approve=True,
-        )
-        assert outcome.result == service.DecisionResult.DECIDED
+        approve_first(rt, run.id)
         wait_until(lambda: rt.store.load(run.id).status.terminal, what="the run to end")
     finally:
         worker.stop()
