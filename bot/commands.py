@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bot import ids
 from bot import messages as m
 from bot.mrkdwn import escape, mention
 from bot.views import runs_blocks
@@ -13,9 +14,7 @@ from worker.run import RunStatus
 from worker.runtime import Runtime
 
 MAX_TEXT = 200
-RUN_ID = re.compile(r"^r[0-9a-f]{8,40}$")
-APPROVAL_ID = re.compile(r"^ap_[0-9a-f]{8,64}$")
-_USER = re.compile(r"^<@([UW][A-Z0-9]{1,20})(?:\|[^>]*)?>$|^([UW][A-Z0-9]{1,20})$")
+_USER = re.compile(r"<@([UW][A-Z0-9]{1,20})(?:\|[^>]*)?>|([UW][A-Z0-9]{1,20})")
 VERBS = ("runs", "run", "cancel", "help")
 
 
@@ -42,7 +41,7 @@ def parse(text: str) -> Command:
         if not rest:
             return Command("error", error=m.COMMAND_NEEDS_ID.format(verb=verb))
         run_id = rest[0].strip("`")
-        if not RUN_ID.match(run_id):
+        if not ids.shaped(ids.RUN, run_id):
             return Command("error", error=m.COMMAND_BAD_ID.format(text=escape(run_id[:40])))
         return Command(verb, run_id=run_id)
     return Command("error", error=m.COMMAND_UNKNOWN.format(word=escape(words[0][:40])))
@@ -52,7 +51,7 @@ def parse_runs(words: list[str]) -> Command:
     scope, user, status = "mine", None, None
     for word in words[:2]:
         lowered = word.lower()
-        found = _USER.match(word)
+        found = _USER.fullmatch(word)
         if lowered in ("mine", "all"):
             scope = lowered
         elif found:

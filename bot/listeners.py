@@ -5,6 +5,10 @@ ack; a run's progress is shown by the worker through `bot.surface`.
 Listeners get `sb` (a `Bot`: the runtime, identity, thread memory and surface) from the
 request context, put there by `attach`, the first global middleware. `attach` also drops
 repeated deliveries of an event (Slack retries, redeliveries): one run per event.
+
+Every id a listener uses is checked for its shape first (`bot.ids`); a payload that lacks
+one is logged as malformed and dropped, never half-handled. (The HTTP server has already
+refused bodies whose envelope Bolt itself could not read: `bot.envelope`.)
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
+from bot import demos, ids
 from bot import messages as m
 from bot.blocks import (
     APPROVE,
@@ -33,11 +38,12 @@ from bot.blocks import (
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
     REJECT_REASON_INPUT,
+    SAVE_DEMO,
     SHOW_ARGS,
     VIEW_RUN,
     outcome_text,
 )
-from bot.commands import APPROVAL_ID, RUN_ID, parse, runs_listing
+from bot.commands import parse, runs_listing
 from bot.home import build_home
 from bot.identity import Identity
 from bot.mrkdwn import cut, escape
@@ -81,6 +87,7 @@ def register(app: App, sb: Bot) -> None:
     app.action(CANCEL)(on_cancel)
     app.action(SHOW_ARGS)(on_show_args)
     app.action(VIEW_RUN)(on_view_run)
+    app.action(SAVE_DEMO)(on_save_demo)
     app.view(REJECT_MODAL)(on_reject_submitted)
     app.command(COMMAND)(on_command)
 
@@ -90,11 +97,15 @@ def attach(sb: Bot) -> Callable[..., BoltResponse | None]:
         req: BoltRequest, body: dict[str, Any], context: BoltContext, next_: Callable[[], None]
     ) -> BoltResponse | None:
         context["sb"] = sb
-        event_id = body.get("event_id") if body.get("type") == "event_callback" else None
-        if event_id and not sb.threads.claim_event(str(event_id)):
-            retry = (req.headers.get("x-slack-retry-num") or [""])[0]
-            log.info("event_repeated", event_id=str(event_id)[:64], retry=retry)
-            return BoltResponse(status=200, body="")
+        if body.get("type") == "event_callback":
+            event_id = ids.shaped(ids.EVENT, body.get("event_id"))
+            if event_id is None:  # without an id it cannot be de-duplicated: not from Slack
+                log.warning("event_unidentified")
+                return BoltResponse(status=200, body="")
+            if not sb.threads.claim_event(event_id):
+                retry = (req.headers.get("x-slack-retry-num") or [""])[0]
+                log.info("event_repeated", event_id=event_id, retry=retry)
+                return BoltResponse(status=200, body="")
         next_()
         return None
 
@@ -163,49 +174,84 @@ def say(client: WebClient, channel: str, thread_ts: str | None, text: str) -> No
 def question_text(text: str, bot_user_id: str | None) -> str:
     """The text without mentions of the bot, with Slack's escaping undone."""
     if bot_user_id:
-        text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>", " ", text)
+        text = bot_mention(bot_user_id).sub(" ", text)
     for entity, char in _ENTITIES:
         text = text.replace(entity, char)
-    return text.strip()
+    # JSON may carry lone surrogates ("\ud800"); they cannot be encoded for the model's API
+    return text.encode("utf-8", "replace").decode("utf-8").strip()
 
 
-def is_from_person(event: dict[str, Any]) -> bool:
-    return (
-        event.get("subtype") in (None, "file_share")
-        and not event.get("bot_id")
-        and bool(event.get("user"))
-    )
+def bot_mention(bot_user_id: str) -> re.Pattern[str]:
+    """`<@UBOT>` or `<@UBOT|name>`; not `<@UBOT2>`."""
+    return re.compile(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>")
+
+
+@dataclass(frozen=True)
+class Said:
+    """A person's message, from an `app_mention` or `message` event, every id checked."""
+
+    user: str
+    channel: str
+    ts: str
+    thread_ts: str | None
+    text: str
+    channel_type: str
+
+    @classmethod
+    def of(cls, event: dict[str, Any]) -> Said | None:
+        """None for bots, edits and other subtypes, and for events that are malformed."""
+        if event.get("subtype") not in (None, "file_share") or event.get("bot_id"):
+            return None
+        user = ids.shaped(ids.USER, event.get("user"))
+        channel = ids.shaped(ids.CHANNEL, event.get("channel"))
+        ts = ids.shaped(ids.TS, event.get("ts"))
+        thread_ts = event.get("thread_ts")
+        text = event.get("text") or ""
+        channel_type = event.get("channel_type") or ""
+        if (
+            user is None
+            or channel is None
+            or ts is None
+            or (thread_ts is not None and ids.shaped(ids.TS, thread_ts) is None)
+            or not isinstance(text, str)
+            or not isinstance(channel_type, str)
+        ):
+            log.warning("event_malformed", type=str(event.get("type"))[:40])
+            return None
+        return cls(user, channel, ts, thread_ts, text, channel_type)
 
 
 def team_of(body: dict[str, Any]) -> str:
-    team = body.get("team_id") or body.get("team") or (body.get("user") or {}).get("team_id")
-    if isinstance(team, dict):
-        team = team.get("id")
-    return str(team or "")
+    user = body.get("user")
+    for team in (
+        body.get("team_id"),
+        body.get("team"),
+        user.get("team_id") if isinstance(user, dict) else None,
+    ):
+        if isinstance(team, dict):
+            team = team.get("id")
+        if ids.shaped(ids.TEAM, team):
+            return str(team)
+    return ""
 
 
 @boundary
 def on_mention(
     event: dict[str, Any], body: dict[str, Any], context: BoltContext, client: WebClient, sb: Bot
 ) -> None:
-    if not is_from_person(event):
+    said = Said.of(event)
+    if said is None:
         return
-    channel, ts = str(event["channel"]), str(event["ts"])
-    thread_ts = str(event.get("thread_ts") or ts)
-    text = question_text(str(event.get("text") or ""), context.bot_user_id)
+    thread_ts = said.thread_ts or said.ts
+    text = question_text(said.text, context.bot_user_id)
     if not text:
-        say(client, channel, thread_ts, m.EMPTY_MENTION)
+        say(client, said.channel, thread_ts, m.EMPTY_MENTION)
         return
     ask(
         sb,
         client,
         Question(
-            text,
-            str(event["user"]),
-            team_of(body),
-            channel,
-            thread_ts,
-            str(body.get("event_id", "")),
+            text, said.user, team_of(body), said.channel, thread_ts, str(body.get("event_id"))
         ),
     )
 
@@ -215,19 +261,17 @@ def on_message(
     event: dict[str, Any], body: dict[str, Any], context: BoltContext, client: WebClient, sb: Bot
 ) -> None:
     """DMs, and replies in channel threads the bot answered in; everything else is ignored."""
-    if not is_from_person(event):
+    said = Said.of(event)
+    if said is None:
         return
-    channel, ts = str(event["channel"]), str(event["ts"])
-    thread_ts = event.get("thread_ts")
-    raw = str(event.get("text") or "")
-    if event.get("channel_type") != "im":
-        if not thread_ts or thread_ts == ts:
+    if said.channel_type != "im":
+        if not said.thread_ts or said.thread_ts == said.ts:
             return  # channel chatter is not for us
-        if context.bot_user_id and f"<@{context.bot_user_id}" in raw:
+        if context.bot_user_id and bot_mention(context.bot_user_id).search(said.text):
             return  # a mention: the app_mention listener has it
-        if sb.threads.last_run(channel, str(thread_ts)) is None:
+        if sb.threads.last_run(said.channel, said.thread_ts) is None:
             return  # a thread the bot never answered in
-    text = question_text(raw, context.bot_user_id)
+    text = question_text(said.text, context.bot_user_id)
     if not text:
         return
     ask(
@@ -235,11 +279,11 @@ def on_message(
         client,
         Question(
             text,
-            str(event["user"]),
+            said.user,
             team_of(body),
-            channel,
-            str(thread_ts or ts),
-            str(body.get("event_id", "")),
+            said.channel,
+            said.thread_ts or said.ts,
+            str(body.get("event_id")),
         ),
     )
 
@@ -251,8 +295,13 @@ def on_message(
 def on_assistant_thread_started(
     event: dict[str, Any], client: WebClient, set_suggested_prompts: SetSuggestedPrompts, sb: Bot
 ) -> None:
-    thread = event.get("assistant_thread") or {}
-    channel, thread_ts = str(thread["channel_id"]), str(thread["thread_ts"])
+    thread = event.get("assistant_thread")
+    thread = thread if isinstance(thread, dict) else {}
+    channel = ids.shaped(ids.CHANNEL, thread.get("channel_id"))
+    thread_ts = ids.shaped(ids.TS, thread.get("thread_ts"))
+    if channel is None or thread_ts is None:
+        log.warning("event_malformed", type="assistant_thread_started")
+        return
     sb.threads.mark_assistant(channel, thread_ts)
     say(client, channel, thread_ts, m.ASSISTANT_GREETING)
     set_suggested_prompts(prompts=m.SUGGESTED_PROMPTS, title=m.SUGGESTED_PROMPTS_TITLE)
@@ -273,9 +322,12 @@ def on_assistant_message(
     sb: Bot,
 ) -> None:
     """A message in a DM thread: an assistant thread, or a reply to an answer in a DM."""
-    channel, thread_ts = str(event["channel"]), str(event["thread_ts"])
-    text = question_text(str(event.get("text") or ""), context.bot_user_id)
-    if not text or not event.get("user"):
+    said = Said.of(event)
+    if said is None or said.thread_ts is None:
+        return
+    channel, thread_ts = said.channel, said.thread_ts
+    text = question_text(said.text, context.bot_user_id)
+    if not text:
         return
     in_assistant = sb.threads.is_assistant(channel, thread_ts)
     if in_assistant:  # before the run exists, so it cannot land after the answer
@@ -287,11 +339,11 @@ def on_assistant_message(
         client,
         Question(
             text,
-            str(event["user"]),
+            said.user,
             team_of(body),
             channel,
             thread_ts,
-            str(body.get("event_id", "")),
+            str(body.get("event_id")),
             assistant=in_assistant,
         ),
     )
@@ -306,8 +358,9 @@ def on_assistant_message(
 
 @boundary
 def on_home_opened(event: dict[str, Any], client: WebClient, sb: Bot) -> None:
-    if event.get("tab") == "home" and event.get("user"):
-        publish_home(sb, client, str(event["user"]))
+    user = ids.shaped(ids.USER, event.get("user"))
+    if event.get("tab") == "home" and user:
+        publish_home(sb, client, user)
 
 
 def publish_home(sb: Bot, client: WebClient, user_id: str) -> None:
@@ -328,17 +381,28 @@ class Clicked:
     thread_ts: str = ""
     trigger_id: str = ""
     in_home: bool = False
+    view_id: str = ""  # the modal clicked in, if any
+    in_modal: bool = False
 
     @classmethod
-    def of(cls, body: dict[str, Any]) -> Clicked:
-        container = body.get("container") or {}
+    def of(cls, body: dict[str, Any]) -> Clicked | None:
+        """None when the payload does not say who clicked."""
+        user = ids.shaped(ids.USER, dig(body, "user", "id"))
+        if user is None:
+            log.warning("click_without_user")
+            return None
+        container = body.get("container")
+        container = container if isinstance(container, dict) else {}
+        in_modal = dig(body, "view", "type") == "modal"
         return cls(
-            user=str(body["user"]["id"]),
-            channel=str(container.get("channel_id") or ""),
-            message_ts=str(container.get("message_ts") or ""),
-            thread_ts=str(container.get("thread_ts") or ""),
-            trigger_id=str(body.get("trigger_id") or ""),
-            in_home=container.get("type") == "view",
+            user=user,
+            channel=ids.shaped(ids.CHANNEL, container.get("channel_id")) or "",
+            message_ts=ids.shaped(ids.TS, container.get("message_ts")) or "",
+            thread_ts=ids.shaped(ids.TS, container.get("thread_ts")) or "",
+            trigger_id=ids.shaped(ids.TRIGGER, body.get("trigger_id")) or "",
+            in_home=container.get("type") == "view" and not in_modal,
+            view_id=(ids.shaped(ids.VIEW, dig(body, "view", "id")) or "") if in_modal else "",
+            in_modal=in_modal,
         )
 
     @property
@@ -358,7 +422,8 @@ class Clicked:
 
 
 def tell(client: WebClient, clicked: Clicked, text: str) -> None:
-    """An answer only the clicker sees: ephemeral in the channel, or a small modal."""
+    """An answer only the clicker sees: ephemeral in the channel, or a small modal (on top
+    of the modal clicked in, if any)."""
     if clicked.channel:
         client.chat_postEphemeral(
             channel=clicked.channel,
@@ -367,19 +432,28 @@ def tell(client: WebClient, clicked: Clicked, text: str) -> None:
             thread_ts=clicked.thread_ts or None,
         )
     elif clicked.trigger_id:
-        client.views_open(
-            trigger_id=clicked.trigger_id,
-            view=modal(
-                "Switchboard", [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
-            ),
-        )
+        view = modal("Switchboard", [{"type": "section", "text": {"type": "mrkdwn", "text": text}}])
+        if clicked.in_modal:
+            client.views_push(trigger_id=clicked.trigger_id, view=view)
+        else:
+            client.views_open(trigger_id=clicked.trigger_id, view=view)
+
+
+def dig(data: Any, *keys: str) -> Any:
+    """data[k1][k2]..., or None where a level is missing or not an object."""
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
 
 
 def action_value(action: dict[str, Any], pattern: re.Pattern[str]) -> str | None:
-    value = str(action.get("value") or "")
-    if pattern.match(value):
-        return value
-    log.warning("action_value_rejected", action_id=action.get("action_id"), value=value[:80])
+    value = action.get("value")
+    if ids.shaped(pattern, value):
+        return str(value)
+    shown = value[:80] if isinstance(value, str) else type(value).__name__
+    log.warning("action_value_rejected", action_id=str(action.get("action_id"))[:80], value=shown)
     return None
 
 
@@ -388,10 +462,12 @@ def on_approve(
     ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     ack()
-    approval_id = action_value(action, APPROVAL_ID)
+    approval_id = action_value(action, ids.APPROVAL)
     if approval_id is None:
         return
     clicked = Clicked.of(body)
+    if clicked is None:
+        return
     outcome = service.decide(
         sb.rt,
         approval_id,
@@ -408,10 +484,12 @@ def on_reject(
 ) -> None:
     """Check the clicker first, then ask for a reason in a modal (the trigger lasts 3 s)."""
     ack()
-    approval_id = action_value(action, APPROVAL_ID)
+    approval_id = action_value(action, ids.APPROVAL)
     if approval_id is None:
         return
     clicked = Clicked.of(body)
+    if clicked is None:
+        return
     request = sb.rt.approvals.find(approval_id)
     if request is None:
         tell(client, clicked, m.APPROVAL_NOT_FOUND)
@@ -434,19 +512,18 @@ def on_reject_submitted(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     ack()
-    meta = read_metadata(str(view.get("private_metadata") or ""))
-    approval_id = meta.get("approval_id", "")
-    if not APPROVAL_ID.match(approval_id):
-        log.warning("reject_metadata_rejected")
+    meta = read_metadata(view.get("private_metadata"))
+    approval_id = ids.shaped(ids.APPROVAL, meta.get("approval_id"))
+    user = ids.shaped(ids.USER, dig(body, "user", "id"))
+    if approval_id is None or user is None:
+        log.warning("reject_submission_rejected")
         return
-    values = (view.get("state") or {}).get("values") or {}
-    typed = ((values.get(REJECT_REASON_BLOCK) or {}).get(REJECT_REASON_INPUT) or {}).get("value")
-    user = str(body["user"]["id"])
+    typed = dig(view, "state", "values", REJECT_REASON_BLOCK, REJECT_REASON_INPUT, "value")
     clicked = Clicked(
         user=user,
-        channel=meta.get("channel", ""),
-        message_ts=meta.get("ts", ""),
-        thread_ts=meta.get("thread_ts", ""),
+        channel=ids.shaped(ids.CHANNEL, meta.get("channel")) or "",
+        message_ts=ids.shaped(ids.TS, meta.get("ts")) or "",
+        thread_ts=ids.shaped(ids.TS, meta.get("thread_ts")) or "",
         in_home=meta.get("home") == "1",
     )
     outcome = service.decide(
@@ -455,21 +532,21 @@ def on_reject_submitted(
         decider_id=user,
         decider_roles=sb.identity.roles(user),
         approve=False,
-        reason=str(typed or "")[:REASON_MAX],
+        reason=typed[:REASON_MAX] if isinstance(typed, str) else "",
     )
     after_decision(sb, client, clicked, outcome)
 
 
-def read_metadata(raw: str) -> dict[str, str]:
-    if not raw or len(raw) > METADATA_MAX:
+def read_metadata(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, str) or not raw or len(raw) > METADATA_MAX:
         return {}
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(data, dict):
         return {}
-    return {str(k): str(v) for k, v in data.items()}
+    return {str(k): v for k, v in data.items() if isinstance(v, str)}
 
 
 def after_decision(
@@ -500,10 +577,12 @@ def on_cancel(
     ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     ack()
-    run_id = action_value(action, RUN_ID)
+    run_id = action_value(action, ids.RUN)
     if run_id is None:
         return
     clicked = Clicked.of(body)
+    if clicked is None:
+        return
     tell(client, clicked, cancel_run(sb, run_id, clicked.user))
 
 
@@ -524,10 +603,12 @@ def on_show_args(
 ) -> None:
     """The full arguments, read from Redis: for the requester, deciders and admins."""
     ack()
-    approval_id = action_value(action, APPROVAL_ID)
+    approval_id = action_value(action, ids.APPROVAL)
     if approval_id is None:
         return
     clicked = Clicked.of(body)
+    if clicked is None:
+        return
     request = sb.rt.approvals.find(approval_id)
     if request is None:
         tell(client, clicked, m.APPROVAL_NOT_FOUND)
@@ -549,10 +630,12 @@ def on_view_run(
     ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     ack()
-    run_id = action_value(action, RUN_ID)
+    run_id = action_value(action, ids.RUN)
     if run_id is None:
         return
     clicked = Clicked.of(body)
+    if clicked is None:
+        return
     problem = show_run(sb, client, run_id, clicked.user, clicked.trigger_id)
     if problem:
         tell(client, clicked, problem)
@@ -563,13 +646,53 @@ def show_run(sb: Bot, client: WebClient, run_id: str, user: str, trigger_id: str
     run = sb.rt.store.find(run_id)
     if run is None:
         return m.RUN_NOT_FOUND.format(run_id=run_id)
-    if not service.may_inspect(sb.rt, run, user, sb.identity.roles(user)):
+    roles = sb.identity.roles(user)
+    if not service.may_inspect(sb.rt, run, user, roles):
         return m.RUN_NOT_YOURS.format(run_id=run_id)
-    cancelled_by = sb.rt.store.cancel_requested_by(run.id)
+    if not trigger_id:
+        log.warning("run_modal_without_trigger", run_id=run_id)
+        return ""
+    offer_save, note = demos.offer(sb.rt, run) if sb.rt.policy.is_admin(roles) else (False, "")
     client.views_open(
-        trigger_id=trigger_id, view=run_modal(run, sb.rt.events.read(run.id), cancelled_by)
+        trigger_id=trigger_id, view=inspected(sb, run, offer_save=offer_save, note=note)
     )
     return ""
+
+
+def inspected(sb: Bot, run: Run, *, offer_save: bool = False, note: str = "") -> dict[str, Any]:
+    cancelled_by = sb.rt.store.cancel_requested_by(run.id)
+    events = sb.rt.events.read(run.id)
+    return run_modal(run, events, cancelled_by, offer_save=offer_save, note=note)
+
+
+@boundary
+def on_save_demo(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    """Admins only, checked again here: the button is only shown to them, but anyone can
+    send a click."""
+    ack()
+    run_id = action_value(action, ids.RUN)
+    clicked = Clicked.of(body)
+    if run_id is None or clicked is None:
+        return
+    if not sb.rt.policy.is_admin(sb.identity.roles(clicked.user)):
+        log.warning("demo_save_refused", user=clicked.user, run_id=run_id)
+        tell(client, clicked, m.DEMO_ADMINS_ONLY)
+        return
+    run = sb.rt.store.find(run_id)
+    if run is None:
+        tell(client, clicked, m.RUN_NOT_FOUND.format(run_id=run_id))
+        return
+    text = demos.save(sb.rt, run, clicked.user)
+    if not clicked.view_id:
+        tell(client, clicked, text)
+        return
+    try:  # the modal it was clicked in: the button gives way to what happened
+        client.views_update(view_id=clicked.view_id, view=inspected(sb, run, note=text))
+    except SlackApiError as exc:  # e.g. the modal was closed meanwhile
+        log.info("run_modal_gone", error=exc.response.get("error"))
+        tell(client, clicked, text)
 
 
 # -- the slash command ---------------------------------------------------------------------------
@@ -578,28 +701,59 @@ def show_run(sb: Bot, client: WebClient, run_id: str, user: str, trigger_id: str
 @boundary
 def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) -> None:
     ack()
-    user, channel = str(command["user_id"]), str(command["channel_id"])
-    parsed = parse(str(command.get("text") or ""))
+    asked = Asked.of(command)
+    if asked is None:
+        return
+    user = asked.user
+    parsed = parse(asked.text)
     if parsed.verb == "help":
-        answer(client, command, text=m.HELP)
+        answer(client, asked, text=m.HELP)
     elif parsed.verb == "error":
-        answer(client, command, text=parsed.error)
+        answer(client, asked, text=parsed.error)
     elif parsed.verb == "runs":
         admin = sb.rt.policy.is_admin(sb.identity.roles(user))
         blocks = runs_listing(sb.rt, parsed, user, admin)
-        answer(client, command, text=m.RUNS_FALLBACK, blocks=blocks)
+        answer(client, asked, text=m.RUNS_FALLBACK, blocks=blocks)
     elif parsed.verb == "run" and parsed.run_id:
-        problem = show_run(sb, client, parsed.run_id, user, str(command.get("trigger_id") or ""))
+        problem = show_run(sb, client, parsed.run_id, user, asked.trigger_id)
         if problem:
-            answer(client, command, text=problem)
+            answer(client, asked, text=problem)
     elif parsed.verb == "cancel" and parsed.run_id:
-        answer(client, command, text=cancel_run(sb, parsed.run_id, user))
-    log.info("command", verb=parsed.verb, user=user, channel=channel)
+        answer(client, asked, text=cancel_run(sb, parsed.run_id, user))
+    log.info("command", verb=parsed.verb, user=user, channel=asked.channel)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A slash command: who typed it where, every id checked."""
+
+    user: str
+    channel: str
+    text: str
+    trigger_id: str
+    response_url: str
+
+    @classmethod
+    def of(cls, command: dict[str, Any]) -> Asked | None:
+        user = ids.shaped(ids.USER, command.get("user_id"))
+        channel = ids.shaped(ids.CHANNEL, command.get("channel_id"))
+        text = command.get("text") or ""
+        if user is None or channel is None or not isinstance(text, str):
+            log.warning("command_malformed")
+            return None
+        url = command.get("response_url")
+        return cls(
+            user=user,
+            channel=channel,
+            text=text,
+            trigger_id=ids.shaped(ids.TRIGGER, command.get("trigger_id")) or "",
+            response_url=url if isinstance(url, str) else "",
+        )
 
 
 def answer(
     client: WebClient,
-    command: dict[str, Any],
+    asked: Asked,
     *,
     text: str,
     blocks: list[dict[str, Any]] | None = None,
@@ -607,14 +761,9 @@ def answer(
     """Ephemeral, in the channel the command was typed in; through the command's
     response_url when the bot cannot post there (e.g. it is not a member)."""
     try:
-        client.chat_postEphemeral(
-            channel=str(command["channel_id"]),
-            user=str(command["user_id"]),
-            text=text,
-            blocks=blocks,
-        )
+        client.chat_postEphemeral(channel=asked.channel, user=asked.user, text=text, blocks=blocks)
     except SlackApiError as exc:
-        url = str(command.get("response_url") or "")
+        url = asked.response_url
         if not url.startswith("https://hooks.slack.com/"):
             raise
         log.info("command_answer_via_response_url", error=exc.response.get("error"))

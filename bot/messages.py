@@ -14,6 +14,7 @@ CANCEL = "Cancel"
 SHOW_ALL = "Show all"
 VIEW_RUN = "View run"
 VIEW = "View"
+SAVE_DEMO = "Save as demonstration"
 CLOSE = "Close"
 SUBMIT_REJECT = "Reject"
 
@@ -111,6 +112,24 @@ RUN_NOT_FOUND = "I can't find run `{run_id}`. Runs are kept for a limited time."
 RUN_NOT_YOURS = "You can only look at your own runs; run `{run_id}` is someone else's."
 ARGS_NOT_YOURS = "Only the requester, the people who may decide and admins can see these."
 
+# -- demonstrations (admins, from the run modal) ---------------------------------------------------
+
+DEMO_SAVE_HINT = (
+    "Admins: save this run's successful tool calls and its answer as a candidate "
+    "demonstration. The model sees it only once it is accepted with `switchboard demos review`."
+)
+DEMO_SAVED = (
+    "Saved as candidate `{demo_id}`; it is not shown to the model until accepted with "
+    "`switchboard demos review`."
+)
+DEMO_ALREADY = "This run is already saved as demonstration `{demo_id}` ({status})."
+DEMO_STATUS = {
+    "candidate": "a candidate waiting for `switchboard demos review`",
+    "accepted": "accepted: the model may be shown it",
+}
+DEMO_NOT_SAVED = "Not saved: {reason}."
+DEMO_ADMINS_ONLY = "Only admins can save runs as demonstrations."
+
 # -- receiving questions ----------------------------------------------------------------------
 
 QUESTION_REJECTED = ":warning: {reason}"
@@ -193,6 +212,7 @@ EVENT_EXPIRED = "`+{offset}` approval for *{tool}* expired (not run)"
 EVENT_REFUSED = "`+{offset}` {user} tried to decide but may not"
 EVENT_CANCEL = "`+{offset}` {user} asked to cancel"
 EVENT_END = "`+{offset}` *{status}*{why}"
+EVENT_DEMO_SAVED = "`+{offset}` saved as candidate demonstration `{demo_id}` by {user}"
 EVENT_OTHER = "`+{offset}` {kind}"
 
 # -- App Home --------------------------------------------------------------------------------

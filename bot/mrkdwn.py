@@ -11,8 +11,8 @@ import re
 import time
 from typing import Any
 
-_USER_ID = re.compile(r"^[UW][A-Z0-9]{1,20}$")
-_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{1,20}$")
+from bot import ids
+
 _LINK = re.compile(r"\[([^\[\]\n|]{1,300})\]\((https?://[^\s()<>|]{1,1500})\)")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _UNDERLINE_BOLD = re.compile(r"__(?=\S)(.+?)(?<=\S)__")
@@ -54,11 +54,11 @@ def one_line(text: str, limit: int) -> str:
 
 def mention(user_id: str) -> str:
     """A user mention, only for ids we got from Slack's signed payloads or our own records."""
-    return f"<@{user_id}>" if _USER_ID.match(user_id) else escape(user_id or "someone")
+    return f"<@{user_id}>" if ids.shaped(ids.USER, user_id) else escape(user_id or "someone")
 
 
 def channel(channel_id: str) -> str:
-    return f"<#{channel_id}>" if _CHANNEL_ID.match(channel_id) else escape(channel_id or "-")
+    return f"<#{channel_id}>" if ids.shaped(ids.CHANNEL, channel_id) else escape(channel_id or "-")
 
 
 def date(ts: float, fmt: str = "{date_short_pretty} at {time}") -> str:
@@ -133,7 +133,7 @@ def _link(match: re.Match[str]) -> str:
 def split(text: str, limit: int) -> list[str]:
     """Pieces of at most `limit` characters, cut at paragraph or line ends where possible;
     a code fence open at a cut is closed and reopened so each piece renders on its own."""
-    budget = limit - 2 * (len(_FENCE) + 1)  # room to close and reopen a fence
+    budget = max(limit - 2 * (len(_FENCE) + 1), 8)  # room to close and reopen a fence
     pieces: list[str] = []
     current = ""
     for line in _lines(text, budget):
@@ -149,16 +149,24 @@ def split(text: str, limit: int) -> list[str]:
 
 
 def _lines(text: str, width: int) -> list[str]:
-    """Lines of the text, long lines hard-cut to `width` (outside entities)."""
+    """Lines of the text, long lines cut to `width`: at a space if there is one, else outside
+    entities and runs of backticks (a fence cut in two would not be one any more)."""
     lines: list[str] = []
     for line in text.split("\n"):
         while len(line) > width:
             space = line.rfind(" ", width // 2, width)
-            end = space if space > 0 else _entity_safe(line, width)
+            end = space if space > 0 else _hard_cut(line, width)
             lines.append(line[:end])
             line = line[end:].lstrip(" ") if space > 0 else line[end:]
         lines.append(line)
     return lines
+
+
+def _hard_cut(line: str, width: int) -> int:
+    end = _entity_safe(line, width)
+    while 0 < end < len(line) and line[end - 1] == line[end] == "`":
+        end -= 1
+    return end if end > 0 else width  # nothing but backticks (or one entity): cut anyway
 
 
 def _balance_fences(pieces: list[str]) -> list[str]:

@@ -22,6 +22,7 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_bolt.error import BoltError
 from slack_sdk import WebClient
 
+from bot import envelope
 from bot.identity import GROUPS_TTL, Identity, UserGroups
 from bot.listeners import Bot, register
 from bot.surface import SlackSurface, with_rate_limit_retries
@@ -137,6 +138,7 @@ class SlackHTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 60.0  # a client that announces a body and never sends it frees its thread
     disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall on small responses
     server: SlackHTTPServer
 
@@ -149,16 +151,37 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if length < 0 or length > MAX_BODY:
+        if length < 0:
+            self.close_connection = True
+            self._send(400, {"error": "bad Content-Length"})
+            return
+        if length > MAX_BODY:
             self.close_connection = True
             self._send(413, {"error": "request too large"})
             return
-        body = self.rfile.read(length).decode("utf-8", "replace")
+        try:
+            body = self.rfile.read(length).decode("utf-8", "replace")
+        except OSError:  # the client went away, or sent less than it announced (timeout)
+            self.close_connection = True
+            return
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0] or None
+        payload = envelope.parse(body, content_type)
+        found = "not a JSON object or form" if payload is None else envelope.problem(payload)
+        if found:
+            log.warning("request_malformed", problem=found, size=length)
+            self._send(400, {"error": "malformed request"})
+            return
         listed: dict[str, list[str]] = {}
         for key, value in self.headers.items():
             listed.setdefault(key.lower(), []).append(value)
         headers: dict[str, str | Sequence[str]] = dict(listed.items())
-        response = self.server.app.dispatch(BoltRequest(body=body, query=query, headers=headers))
+        try:
+            request = BoltRequest(body=body, query=query, headers=headers)
+        except Exception:  # boundary: a shape `envelope` missed; answer rather than hang up
+            log.exception("request_unreadable", size=length)
+            self._send(400, {"error": "malformed request"})
+            return
+        response = self.server.app.dispatch(request)
         self._send(response.status, response.body, response.headers)
 
     def do_GET(self) -> None:

@@ -14,6 +14,7 @@ from bot.blocks import (
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
     REJECT_REASON_INPUT,
+    SAVE_DEMO,
     SHOW_ARGS,
     VIEW_RUN,
     actions,
@@ -107,7 +108,16 @@ def args_modal(request: ApprovalRequest) -> dict[str, Any]:
 # -- a run's trajectory --------------------------------------------------------------------------
 
 
-def run_modal(run: Run, events: list[Event], cancelled_by: str | None = None) -> dict[str, Any]:
+def run_modal(
+    run: Run,
+    events: list[Event],
+    cancelled_by: str | None = None,
+    *,
+    offer_save: bool = False,
+    note: str = "",
+) -> dict[str, Any]:
+    """The trajectory. `offer_save`: the "Save as demonstration" button (for admins, on runs
+    that can be saved); `note`: a line at the end, e.g. what saving did."""
     reason = f" ({why(run, cancelled_by)})" if run.reason else ""
     blocks: list[dict[str, Any]] = [
         section(
@@ -153,6 +163,11 @@ def run_modal(run: Run, events: list[Event], cancelled_by: str | None = None) ->
             )
         )
     )
+    if offer_save:
+        blocks.append(actions(button(m.SAVE_DEMO, SAVE_DEMO, run.id), block_id="sb_demo"))
+        blocks.append(context(m.DEMO_SAVE_HINT))
+    if note:
+        blocks.append(section(note))
     return modal(m.MODAL_RUN_TITLE, blocks)
 
 
@@ -224,6 +239,12 @@ def event_line(event: Event, start: float) -> str:
         return m.EVENT_EXPIRED.format(offset=offset, tool=escape(str(d.get("tool"))))
     if kind == "decision_refused":
         return m.EVENT_REFUSED.format(offset=offset, user=mention(str(d.get("by", ""))))
+    if kind == "demo_candidate_saved":
+        return m.EVENT_DEMO_SAVED.format(
+            offset=offset,
+            demo_id=escape(str(d.get("demo", ""))),
+            user=mention(str(d.get("by", ""))),
+        )
     if kind == "cancel_requested":
         return m.EVENT_CANCEL.format(offset=offset, user=mention(str(d.get("by", ""))))
     if kind.startswith("run_") and kind != "run_created":

@@ -3,8 +3,9 @@ port, FakeSlack as the Web API, a real runtime (Redis, RQ SimpleWorker, FakeOpen
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import redis
 from slack_sdk import WebClient
 
-from bot.serve import SlackHTTPServer, build_app
+from bot.serve import LISTENER_THREADS, SlackHTTPServer, build_app
 from bot.surface import SlackSurface
 from tests.fakes.slack_server import (
     FakeSlack,
@@ -98,7 +99,12 @@ class BotEnv:
 
 @contextmanager
 def bot_env(
-    conn: redis.Redis, model_url: str, tmp_path: Path, *, policy: str = POLICY
+    conn: redis.Redis,
+    model_url: str,
+    tmp_path: Path,
+    *,
+    policy: str = POLICY,
+    listener_threads: int = LISTENER_THREADS,
 ) -> Iterator[BotEnv]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policy)
@@ -107,7 +113,13 @@ def bot_env(
         client = WebClient(token=TOKEN, base_url=slack.url)
         surface = SlackSurface(client, rt, update_interval=0.2)
         rt.surfaces["slack"] = surface
-        app = build_app(rt, bot_token=TOKEN, signing_secret=SECRET, api_url=slack.url)
+        app = build_app(
+            rt,
+            bot_token=TOKEN,
+            signing_secret=SECRET,
+            api_url=slack.url,
+            listener_threads=listener_threads,
+        )
         server = SlackHTTPServer(app, rt, ("127.0.0.1", 0))
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
         thread.start()
@@ -148,3 +160,24 @@ def buttons(blocks: list[dict[str, Any]]) -> dict[str, str]:
 
 def has_button(action_id: str) -> Any:
     return lambda args: action_id in buttons(args.get("blocks") or [])
+
+
+def answered(env: BotEnv, method: str, send: Callable[[], object]) -> dict[str, Any]:
+    """Send, then wait for the next `method` call the bot makes."""
+    before = len(env.slack.calls(method))
+    send()
+    return env.slack.wait_for(
+        lambda: env.slack.calls(method)[before] if len(env.slack.calls(method)) > before else None
+    )
+
+
+def shown_view(slack: FakeSlack, action_id: str, value: str) -> dict[str, Any]:
+    """The modal FakeSlack holds (with its id, as Slack sends it back in a click) that has
+    the button `action_id` with `value`. FakeSlack numbers views V00000001, V00000002, ..."""
+    for n in itertools.count(1):
+        view = slack.view(f"V{n:08d}")
+        if view is None:
+            raise AssertionError(f"no view with a {action_id} button for {value}")
+        if buttons(view["blocks"]).get(action_id) == value:
+            return view
+    raise AssertionError("unreachable")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,17 @@ import pytest
 import redis
 
 from bot.blocks import APPROVE, VIEW_RUN
-from tests.bot_helpers import ADMIN, ALICE, CHANNEL, SUPPORT, BotEnv, bot_env, buttons, texts
+from tests.bot_helpers import (
+    ADMIN,
+    ALICE,
+    CHANNEL,
+    SUPPORT,
+    BotEnv,
+    answered,
+    bot_env,
+    buttons,
+    texts,
+)
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.runtime_helpers import requester
 from worker import service
@@ -45,15 +55,6 @@ def runs(env: BotEnv, model_server: FakeOpenAI) -> dict[str, Run]:
     }
     env.work()
     return {name: env.rt.store.load(run.id) for name, run in made.items()}
-
-
-def answered(env: BotEnv, method: str, send: Callable[[], object]) -> dict[str, Any]:
-    """Send, then wait for the next `method` call the bot makes."""
-    before = len(env.slack.calls(method))
-    send()
-    return env.slack.wait_for(
-        lambda: env.slack.calls(method)[before] if len(env.slack.calls(method)) > before else None
-    )
 
 
 def listing(env: BotEnv, text: str, user: str) -> str:

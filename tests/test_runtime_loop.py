@@ -256,3 +256,22 @@ def test_unknown_schema_version_fails_fast(redis_conn, model_server):
     redis_conn.set(rt.store.key("rfuture"), json.dumps({"schema_version": 99, "id": "rfuture"}))
     with pytest.raises(RunSchemaError, match="schema_version 99"):
         rt.store.load("rfuture")
+
+
+def test_lone_surrogates_from_the_model_or_the_user_do_not_break_a_run(
+    redis_conn, model_server, tickets_db
+):
+    model_server.route(
+        "odd text",
+        [
+            Turn(tool_calls=[("knowledge_lookup", '{"name": "SQL \ud800Basics"}')]),
+            "SQL Basics costs 2499 \udfff.",
+        ],
+    )
+    rt = make_runtime(redis_conn, model_server.url)
+    run = service.submit(rt, "odd text \ud800 here", ALICE)
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.COMPLETED, run.detail
+    assert run.answer == "SQL Basics costs 2499 ?."
+    assert run.question == "odd text ? here"

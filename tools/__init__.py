@@ -13,7 +13,7 @@ from tools.exceptions import (
     ToolDefinitionError,
     ToolModuleError,
 )
-from tools.execute import Observation, execute
+from tools.execute import Observation, execute, valid_unicode
 from tools.policy import Denial, Policy, ToolRule
 from tools.registry import Tool, ToolRegistry, load_modules, registry
 
@@ -39,4 +39,5 @@ __all__ = [
     "registry",
     "tool",
     "tool_of",
+    "valid_unicode",
 ]

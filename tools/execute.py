@@ -82,7 +82,7 @@ def execute(
 def observe(result: Any, output_cap: int) -> Observation:
     """Turn a handler's return value into an ok observation of at most `output_cap` chars."""
     text = result if isinstance(result, str) else to_json_text(result)
-    text, truncated = cap_text(_valid_unicode(text), output_cap)
+    text, truncated = cap_text(valid_unicode(text), output_cap)
     return Observation(ok=True, text=text, truncated=truncated, value=_json_value(result))
 
 
@@ -107,7 +107,7 @@ def cap_text(text: str, cap: int) -> tuple[str, bool]:
 
 
 def _error(tool: Tool, message: str) -> Observation:
-    text, truncated = cap_text(_valid_unicode(message), tool.output_cap)
+    text, truncated = cap_text(valid_unicode(message), tool.output_cap)
     return Observation(ok=False, text=text, truncated=truncated)
 
 
@@ -179,7 +179,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _valid_unicode(text: str) -> str:
+def valid_unicode(text: str) -> str:
     """Replace lone surrogates so the text can always be stored and sent as UTF-8."""
     try:
         text.encode("utf-8")

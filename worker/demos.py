@@ -242,9 +242,13 @@ class TaskLibrary:
         return next((d for d in self.all() if d.id == demo_id), None)
 
     def add_candidate(self, demo: Demonstration) -> None:
-        if self.get(demo.id) is not None:
-            raise DemoError(f"demonstration {demo.id} already exists")
-        self._store(demo)
+        """Store a new candidate; of two concurrent saves of one run, one wins."""
+        exists = DemoError(f"demonstration {demo.id} already exists")
+        if any(d.id == demo.id for d in self.file_demos):
+            raise exists
+        if not self.redis.hsetnx(self.stored_key, demo.id, json.dumps(demo.to_dict())):
+            raise exists
+        self.redis.incr(self.version_key)
 
     def accept(self, demo_id: str, registry: ToolRegistry) -> Demonstration:
         demo = next((d for d in self.candidates() if d.id == demo_id), None)

@@ -9,6 +9,8 @@ from typing import Any, Protocol
 import openai
 import structlog
 
+from tools import valid_unicode
+
 log = structlog.get_logger(__name__)
 
 MAX_ARGUMENTS_KEPT = 64 * 1024  # what we keep of a call's raw arguments for the transcript
@@ -109,11 +111,12 @@ class ModelClient:
             raise ModelError("the model server returned no choices")
         choice = response.choices[0]
         message = choice.message
+        # Model text is stored and sent again: lone surrogates would make both fail.
         calls = [
             ProposedCall(
-                id=call.id,
-                name=call.function.name,
-                arguments=(call.function.arguments or "")[:MAX_ARGUMENTS_KEPT],
+                id=valid_unicode(call.id),
+                name=valid_unicode(call.function.name),
+                arguments=valid_unicode((call.function.arguments or "")[:MAX_ARGUMENTS_KEPT]),
             )
             for call in (message.tool_calls or [])
             if call.type == "function"
@@ -121,8 +124,8 @@ class ModelClient:
         usage = response.usage
         return ModelTurn(
             finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
-            content=message.content,
-            refusal=getattr(message, "refusal", None),
+            content=valid_unicode(message.content) if message.content else message.content,
+            refusal=valid_unicode(message.refusal) if message.refusal else None,
             calls=calls,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,

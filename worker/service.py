@@ -8,6 +8,7 @@ from enum import StrEnum
 import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
+from tools import valid_unicode
 from worker.jobs import enqueue_advance
 from worker.run import Requester, Run, RunStatus, new_run_id
 from worker.runtime import Runtime
@@ -31,7 +32,7 @@ def submit(
     parent: Run | None = None,
 ) -> Run:
     """Create a run and queue it. `parent` continues that run's conversation (a thread reply)."""
-    text = question.strip()
+    text = valid_unicode(question).strip()
     if not text:
         raise QuestionRejected("The question is empty.")
     if len(text) > MAX_QUESTION_CHARS:
