@@ -11,9 +11,9 @@ import redis
 from pydantic import ValidationError
 
 from switchboard import logs
-from switchboard.redisconn import connect, url_of
+from switchboard.redisconn import url_of
 from switchboard.settings import Config
-from switchboard.wiring import build_runtime
+from switchboard.wiring import open_runtime
 from tools import PolicyError
 from worker.demos import DemoError
 from worker.evaluation import CaseError
@@ -124,17 +124,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def runtime(config: Config) -> Runtime:
-    return build_runtime(config, connect(config.redis_url))
-
-
 def child_env(rt: Runtime, config: Config) -> dict[str, str]:
     """Children reach the same Redis; an embedded server is shared through its socket."""
     return {} if config.redis_url else {"REDIS_URL": url_of(rt.redis)}
 
 
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
-    rt = runtime(config)
+    rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
@@ -157,7 +153,7 @@ def cmd_chat(config: Config, args: argparse.Namespace) -> int:
     from switchboard.console import Console
     from switchboard.supervise import Supervisor
 
-    rt = runtime(config)
+    rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
@@ -181,7 +177,7 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
     from bot.serve import serve
 
     return serve(
-        runtime(config),
+        open_runtime(config),
         bot_token=config.slack_bot_token,
         app_token=config.slack_app_token,
         signing_secret=config.slack_signing_secret,
@@ -194,7 +190,7 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
 def cmd_dev(config: Config, args: argparse.Namespace) -> int:
     from switchboard.supervise import Supervisor
 
-    rt = runtime(config)
+    rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
@@ -221,7 +217,7 @@ def cmd_dev(config: Config, args: argparse.Namespace) -> int:
 def cmd_runs_list(config: Config, args: argparse.Namespace) -> int:
     from switchboard.render import run_line
 
-    rt = runtime(config)
+    rt = open_runtime(config)
     status = RunStatus(args.status) if args.status else None
     runs = rt.store.recent(user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
     if not runs:
@@ -234,7 +230,7 @@ def cmd_runs_list(config: Config, args: argparse.Namespace) -> int:
 def cmd_runs_show(config: Config, args: argparse.Namespace) -> int:
     from switchboard.render import run_json, trajectory
 
-    rt = runtime(config)
+    rt = open_runtime(config)
     run = rt.store.find(args.run_id)
     if run is None:
         raise CliError(f"no run {args.run_id!r} (runs are kept {config.retention_days:g} days)")
@@ -246,7 +242,7 @@ def cmd_runs_show(config: Config, args: argparse.Namespace) -> int:
 def cmd_runs_cancel(config: Config, args: argparse.Namespace) -> int:
     from worker import service
 
-    rt = runtime(config)
+    rt = open_runtime(config)
     operator = f"cli:{os.environ.get('USER', 'operator')}"
     run = rt.store.find(args.run_id)
     if run is None:

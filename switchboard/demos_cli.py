@@ -7,7 +7,17 @@ import sys
 from typing import Any
 
 from switchboard.settings import Config
-from worker.demos import DemoError, TaskLibrary, candidate_from_run, check
+from switchboard.wiring import load_tools, open_runtime
+from tools import registry
+from worker.demos import (
+    DEFAULT_LIBRARY,
+    DemoError,
+    TaskLibrary,
+    candidate_from_run,
+    check,
+    load_file,
+)
+from worker.runtime import Runtime
 
 
 def add_commands(verbs: Any) -> None:
@@ -35,30 +45,18 @@ def _help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _library(config: Config) -> tuple[Any, TaskLibrary]:
-    from switchboard.cli import runtime
-
-    rt = runtime(config)
-    library = getattr(rt.demos, "library", None)
+def _library(config: Config) -> tuple[Runtime, TaskLibrary]:
+    rt = open_runtime(config)
+    library = getattr(rt.demos, "library", None)  # None when demonstrations are turned off
     if library is None:
-        library = TaskLibrary(rt.redis, demo_path(config), rt.settings.namespace)
+        library = TaskLibrary(rt.redis, config.demos_path, rt.settings.namespace)
     return rt, library
 
 
-def demo_path(config: Config) -> Any:
-    from pathlib import Path
-
-    return Path(config.demos) if config.demos else None
-
-
 def cmd_check(config: Config, args: argparse.Namespace) -> int:
-    from switchboard.wiring import load_tools
-    from tools import registry
-
+    """Checks the file without starting the runtime, which would refuse a bad library."""
     load_tools(config)
-    from worker.demos import DEFAULT_LIBRARY, load_file
-
-    path = demo_path(config) or DEFAULT_LIBRARY
+    path = config.demos_path or DEFAULT_LIBRARY
     try:
         demos = load_file(path)
     except DemoError as exc:
@@ -100,15 +98,11 @@ def cmd_add(config: Config, args: argparse.Namespace) -> int:
     except DemoError as exc:
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"candidate {demo.id} added; it is not selected until accepted (`switchboard demos review`)"
-    )
+    print(f"candidate {demo.id} added; not selected until accepted (`switchboard demos review`)")
     return 0
 
 
 def cmd_review(config: Config, args: argparse.Namespace) -> int:
-    from tools import registry
-
     _rt, library = _library(config)
     decisions = [(i, True) for i in args.accept] + [(i, False) for i in args.reject]
     if not decisions:
@@ -137,7 +131,10 @@ def _ask(library: TaskLibrary) -> list[tuple[str, bool]]:
         print("no candidates to review")
     for demo in candidates:
         print("\n" + demo.as_text())
-        answer = input("accept? [y]es / [n]o / [s]kip: ").strip().lower()
+        try:
+            answer = input("accept? [y]es / [n]o / [s]kip: ").strip().lower()
+        except EOFError:
+            break
         if answer.startswith("y"):
             decisions.append((demo.id, True))
         elif answer.startswith("n"):

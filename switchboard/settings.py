@@ -74,5 +74,9 @@ class Config(BaseSettings):
         return {name: (float(p[0]), float(p[1])) for name, p in raw.items()}
 
     @property
+    def demos_path(self) -> Path | None:
+        return Path(self.demos) if self.demos else None
+
+    @property
     def has_model(self) -> bool:
         return bool(self.openai_api_key or self.openai_base_url)

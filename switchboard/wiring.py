@@ -6,6 +6,7 @@ from pathlib import Path
 
 import redis
 
+from switchboard.redisconn import connect
 from switchboard.settings import Config
 from tools import Policy, load_modules, registry
 from worker.budgets import PriceTable
@@ -50,6 +51,11 @@ def runtime_settings(config: Config) -> Settings:
     )
 
 
+def open_runtime(config: Config) -> Runtime:
+    """The runtime every command uses: configured Redis (or the embedded one), tools, policy."""
+    return build_runtime(config, connect(config.redis_url))
+
+
 def build_runtime(
     config: Config,
     connection: redis.Redis,
@@ -91,9 +97,7 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
     """The task library, checked against the registered tools before anything runs."""
     if config.demos_k == 0:
         return None
-    library = TaskLibrary(
-        rt.redis, Path(config.demos) if config.demos else None, rt.settings.namespace
-    )
+    library = TaskLibrary(rt.redis, config.demos_path, rt.settings.namespace)
     problems = check(library.all(), rt.registry)
     if problems:
         raise DemoError(
