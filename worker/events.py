@@ -1,4 +1,9 @@
-"""A run's append-only event stream: who did what, when (Redis stream `{ns}run:{id}:events`)."""
+"""A run's append-only event log: who did what, when (a Redis list `{ns}run:{id}:events`).
+
+A list, not a stream: Redis preallocates 4 KB for every stream, which would be half of what a
+suspended run may cost; a short list of JSON entries costs what it holds. An event's id is its
+position (1, 2, …), so readers resume after the last id they saw.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import structlog
 
-MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a runaway stream
+log = structlog.get_logger(__name__)
+
+MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a runaway log
+POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -30,25 +39,31 @@ class EventLog:
 
     def append(self, run_id: str, kind: str, **data: Any) -> str:
         body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
-        event_id = self.redis.xadd(
-            self.key(run_id), {"e": body}, maxlen=MAX_EVENTS_PER_RUN, approximate=True
-        )
-        return event_id.decode() if isinstance(event_id, bytes) else str(event_id)
+        length = int(self.redis.rpush(self.key(run_id), body))
+        if length > MAX_EVENTS_PER_RUN:
+            self.redis.ltrim(self.key(run_id), 0, MAX_EVENTS_PER_RUN - 1)
+            log.warning("event_log_full", run_id=run_id, kind=kind)
+        return str(length)
 
-    def read(self, run_id: str, after: str = "-", count: int | None = None) -> list[Event]:
-        start = "-" if after == "-" else f"({after}"
-        rows = self.redis.xrange(self.key(run_id), min=start, count=count)
-        return [_decode(entry_id, fields) for entry_id, fields in rows]
+    def read(self, run_id: str, after: str = "0", count: int | None = None) -> list[Event]:
+        """Events after id `after` ("0" or "-": from the first), oldest first."""
+        start = 0 if after in ("-", "") else int(after)
+        stop = -1 if count is None else start + count - 1
+        rows = self.redis.lrange(self.key(run_id), start, stop)
+        return [_decode(str(start + n + 1), raw) for n, raw in enumerate(rows)]
 
     def wait(self, run_id: str, after: str, block_ms: int) -> list[Event]:
-        """Events after `after` ("0" for all), blocking up to `block_ms` for the first one."""
-        reply = self.redis.xread({self.key(run_id): after}, block=block_ms)
-        return [_decode(entry_id, fields) for _key, rows in reply for entry_id, fields in rows]
+        """Events after `after`, waiting up to `block_ms` for the first one."""
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            events = self.read(run_id, after)
+            if events or time.monotonic() >= deadline:
+                return events
+            time.sleep(POLL_SECONDS)
 
 
-def _decode(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Event:
-    body = json.loads(fields[b"e"])
+def _decode(event_id: str, raw: bytes) -> Event:
+    body = json.loads(raw)
     kind = body.pop("k")
     at = body.pop("at")
-    event_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return Event(id=event_id, at=at, kind=kind, data=body)

@@ -210,6 +210,8 @@ def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
         if repeated is not None:
             return repeated
     executor.run_reads(rt, run, [c for c in run.turn if c.effect == "read"])
+    if all(c.state == "done" for c in run.turn):
+        return resolve_turn(rt, run)  # nobody to ask: take the results now, one save not two
     return Continue()  # saved before any approval is asked for; resolve_turn asks
 
 
