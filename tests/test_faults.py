@@ -232,3 +232,20 @@ def test_two_hundred_pairs_of_concurrent_decisions(redis_conn, model_server, tic
     approved = sum(1 for a in approvals if rt.approvals.get(a).status == "approved")
     assert all(rt.store.load(r.id).status == RunStatus.COMPLETED for r in runs)
     assert TicketStore(tickets_db).count_executions("create_ticket") == approved
+
+
+def test_the_sweeper_leaves_queued_runs_alone_and_requeues_lost_ones(
+    redis_conn, model_server, tickets_db
+):
+    from worker.sweeper import sweep
+
+    model_server.route("backlog", ["fine"])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=0.05)
+    run = service.submit(rt, "backlog question", ALICE)
+    wait_until(lambda: rt.store.overdue(older_than=0.05), what="the run to be overdue")
+    assert sweep(rt) == 0 and rt.queue.count == 1  # waiting in the queue, not lost
+    redis_conn.delete(rt.store.queued_key(run.id))  # as if a worker took it and died
+    assert sweep(rt) == 1 and rt.queue.count == 2
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    assert not rt.store.overdue(older_than=0)

@@ -16,6 +16,10 @@ from worker.store import LeaseLost, RunNotFound
 
 log = structlog.get_logger(__name__)
 
+# A job still queued after this long is taken for lost (a worker died between taking it from
+# the queue and leasing the run): the sweeper queues the run again.
+QUEUED_MARK_SECONDS = 300
+
 
 def advance(run_id: str) -> str:
     """Advance a run as far as it can go now. Safe to call any number of times."""
@@ -28,6 +32,7 @@ def expire_approval(approval_id: str) -> str:
 
 
 def advance_run(rt: runtime.Runtime, run_id: str) -> str:
+    rt.redis.delete(rt.store.queued_key(run_id))
     lease = Lease(rt.store, run_id, rt.settings.lease_seconds)
     while True:
         if not lease.acquire():
@@ -82,6 +87,9 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
 
 
 def enqueue_advance(rt: runtime.Runtime, run_id: str) -> None:
+    # While this mark lives the sweeper leaves the run alone: it is waiting in the queue,
+    # not lost, however long the backlog. A worker clears it when it picks the job up.
+    rt.redis.set(rt.store.queued_key(run_id), 1, ex=QUEUED_MARK_SECONDS)
     rt.queue.enqueue_call(
         "worker.jobs.advance",
         args=(run_id,),

@@ -53,6 +53,9 @@ class RunStore:
     def lease_key(self, run_id: str) -> str:
         return f"{self.ns}run:{run_id}:lease"
 
+    def queued_key(self, run_id: str) -> str:
+        return f"{self.ns}run:{run_id}:queued"
+
     def cancel_key(self, run_id: str) -> str:
         return f"{self.ns}run:{run_id}:cancel"
 

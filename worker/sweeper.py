@@ -19,8 +19,8 @@ def sweep(rt: Runtime) -> int:
     grace = rt.settings.lease_seconds
     requeued = 0
     for run_id in rt.store.overdue(older_than=grace):
-        if rt.redis.exists(rt.store.lease_key(run_id)):
-            continue  # a live worker holds it
+        if rt.redis.exists(rt.store.lease_key(run_id), rt.store.queued_key(run_id)):
+            continue  # a live worker holds it, or its job is still waiting in the queue
         # one sweeper re-queues a given run per grace period, however many workers sweep
         marker = f"{rt.settings.namespace}sweep:{run_id}"
         if not rt.redis.set(marker, 1, nx=True, px=max(int(grace * 1000), 100)):
