@@ -52,4 +52,3 @@ def configure(fmt: str = "console", level: int = logging.INFO) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
-    logging.getLogger("bm25s").setLevel(logging.WARNING)

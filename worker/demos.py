@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import bm25s
 import redis
 import structlog
 import yaml
 
 from tools import ArgumentError, ToolRegistry, canonical_json, decode_arguments
+from worker.bm25 import BM25, tokenize
 from worker.run import Run, RunStatus
 
 log = structlog.get_logger(__name__)
@@ -323,7 +323,7 @@ def candidate_from_run(run: Run) -> Demonstration:
 class _Index:
     version: int
     demos: list[Demonstration]
-    retriever: Any = None
+    retriever: BM25 | None = None
     vectors: list[list[float]] = field(default_factory=list)
 
 
@@ -379,36 +379,15 @@ class Selector:
         if self.embed is not None:
             index.vectors = self.embed(texts)
         else:
-            retriever = bm25s.BM25()
-            retriever.index(
-                bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False
-            )
-            index.retriever = retriever
+            index.retriever = BM25([tokenize(text) for text in texts])
         return index
 
     def _scores(self, index: _Index, question: str) -> list[float]:
         if self.embed is not None:
             [query] = self.embed([question])
             return [_cosine(query, v) for v in index.vectors]
-        tokens = bm25s.tokenize([question], stopwords="en", show_progress=False)
-        docs, scores = index.retriever.retrieve(tokens, k=len(index.demos), show_progress=False)
-        out = [0.0] * len(index.demos)
-        for doc, score in zip(docs[0], scores[0], strict=True):
-            out[int(doc)] = float(score)
-        return out
-
-
-def stem(word: str) -> str:
-    """Plural to singular, enough for "fees"/"fee" and "prerequisites"/"prerequisite"."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
-
-
-def _tokens(texts: list[str]) -> Any:
-    return bm25s.tokenize(texts, stopwords="en", stemmer=stem, show_progress=False)
+        assert index.retriever is not None
+        return index.retriever.scores(tokenize(question))
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
