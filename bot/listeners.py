@@ -29,6 +29,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
+from approvals import ApprovalRequest
 from bot import demos, ids
 from bot import messages as m
 from bot.blocks import (
@@ -478,22 +479,32 @@ def on_approve(
     after_decision(sb, client, clicked, outcome)
 
 
+def clicked_request(
+    body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> tuple[Clicked, ApprovalRequest] | None:
+    """Who clicked a card's button and the request it is about; malformed clicks are
+    dropped, a request that no longer exists is said so to the clicker."""
+    approval_id = action_value(action, ids.APPROVAL)
+    clicked = Clicked.of(body)
+    if approval_id is None or clicked is None:
+        return None
+    request = sb.rt.approvals.find(approval_id)
+    if request is None:
+        tell(client, clicked, m.APPROVAL_NOT_FOUND)
+        return None
+    return clicked, request
+
+
 @boundary
 def on_reject(
     ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     """Check the clicker first, then ask for a reason in a modal (the trigger lasts 3 s)."""
     ack()
-    approval_id = action_value(action, ids.APPROVAL)
-    if approval_id is None:
+    found = clicked_request(body, action, client, sb)
+    if found is None:
         return
-    clicked = Clicked.of(body)
-    if clicked is None:
-        return
-    request = sb.rt.approvals.find(approval_id)
-    if request is None:
-        tell(client, clicked, m.APPROVAL_NOT_FOUND)
-        return
+    clicked, request = found
     if request.decided:
         tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return
@@ -503,7 +514,7 @@ def on_reject(
         tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
         return
     client.views_open(
-        trigger_id=clicked.trigger_id, view=reject_modal(request, clicked.metadata(approval_id))
+        trigger_id=clicked.trigger_id, view=reject_modal(request, clicked.metadata(request.id))
     )
 
 
@@ -603,16 +614,10 @@ def on_show_args(
 ) -> None:
     """The full arguments, read from Redis: for the requester, deciders and admins."""
     ack()
-    approval_id = action_value(action, ids.APPROVAL)
-    if approval_id is None:
+    found = clicked_request(body, action, client, sb)
+    if found is None:
         return
-    clicked = Clicked.of(body)
-    if clicked is None:
-        return
-    request = sb.rt.approvals.find(approval_id)
-    if request is None:
-        tell(client, clicked, m.APPROVAL_NOT_FOUND)
-        return
+    clicked, request = found
     roles = sb.identity.roles(clicked.user)
     policy = sb.rt.policy
     if not (
