@@ -196,3 +196,37 @@ def test_demonstration_parser_only_raises_demo_errors(data):
     with contextlib.suppress(DemoError):
         demo = parse(data, "fuzz")
         assert demo.id and demo.steps
+
+
+def test_embedding_selection_through_the_endpoint_is_cached_in_redis(redis_conn, model_server):
+    import openai
+
+    from worker.demos import CachedEmbeddings
+
+    client = openai.OpenAI(base_url=model_server.url, api_key="test")
+    embed = CachedEmbeddings(client, "text-embedding-3-small", redis_conn)
+    selector = Selector(TaskLibrary(redis_conn), k=2, embed=embed)
+    chosen = selector.select(FEE_QUESTION, set(registry.names()))
+    assert len(chosen) == 2 and "course-fee-total" in [d.id for d in chosen]
+    calls = len(model_server.embedding_requests)
+    selector.select(FEE_QUESTION, set(registry.names()))
+    assert len(model_server.embedding_requests) == calls  # demos and question both cached
+
+
+def test_demonstrations_can_go_into_the_instructions_as_text(redis_conn):
+    from worker.prompt import build_messages
+    from worker.run import Requester, Run
+
+    demos = Selector(TaskLibrary(redis_conn), k=2).select(FEE_QUESTION, set(registry.names()))
+    run = Run(
+        id="r1",
+        question=FEE_QUESTION,
+        requester=Requester(user_id="U1"),
+        messages=[{"role": "user", "content": FEE_QUESTION}],
+    )
+    as_text = build_messages(run, demos, demos_as_text=True)
+    assert len(as_text) == 2 and "call knowledge_lookup(" in as_text[0]["content"]
+    as_messages = build_messages(run, demos)
+    assert len(as_messages) > 2 and not any(
+        "call knowledge_lookup(" in str(m.get("content")) for m in as_messages
+    )
