@@ -144,7 +144,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     supervisor = Supervisor(child_env(rt, config))
     for n in range(args.processes):
         supervisor.start(f"worker-{n + 1}", ["worker", *(["--burst"] if args.burst else [])])
-    return supervisor.watch()
+    return supervisor.watch(restart=not args.burst)
 
 
 def cmd_chat(config: Config, args: argparse.Namespace) -> int:

@@ -27,14 +27,17 @@ class Supervisor:
         self.children[name] = (command, subprocess.Popen(command, env=self.env))
         log.info("child_started", child=name, pid=self.children[name][1].pid)
 
-    def watch(self) -> int:
-        """Until a signal: restart children that exit, with backoff. Returns the exit status."""
+    def watch(self, *, restart: bool = True) -> int:
+        """Until a signal, restart children that exit, with backoff. With `restart=False`
+        (burst workers), wait for every child to finish instead."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
         while not self.stopping:
+            if not restart and all(p.poll() is not None for _c, p in self.children.values()):
+                return max(p.returncode for _c, p in self.children.values())
             for name, (command, proc) in list(self.children.items()):
                 code = proc.poll()
-                if code is None or self.stopping:
+                if code is None or self.stopping or not restart:
                     continue
                 count = self.restarts.get(name, 0)
                 delay = RESTART_BACKOFF[min(count, len(RESTART_BACKOFF) - 1)]

@@ -65,3 +65,40 @@ def test_approval_resumes_the_run_in_another_worker_process(
     assert '"approval_decided"' in capsys.readouterr().out
     assert main(["runs", "list"]) == 0
     assert run.id in capsys.readouterr().out
+
+
+def test_worker_processes_are_restarted_when_one_dies(
+    redis_conn, redis_url, model_server, tmp_path
+):
+    import signal
+    import subprocess
+    import sys
+
+    from rq import Worker
+
+    from tests.processes import ROOT
+
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "worker", "--processes", "2"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def pids() -> set[int]:
+            return {w.pid for w in Worker.all(connection=redis_conn) if w.pid}
+
+        first = wait_until(lambda: len(pids()) >= 2 and pids(), timeout=30, what="two workers")
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: pids() - first, timeout=30, what="a replacement worker")
+        model_server.route("still there", ["yes"])
+        rt = make_runtime(redis_conn, model_server.url)
+        run = service.submit(rt, "still there?", ALICE)
+        wait_until(lambda: rt.store.load(run.id).status.terminal, timeout=30, what="the run to end")
+    finally:
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(30) == 0
