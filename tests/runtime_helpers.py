@@ -83,10 +83,10 @@ def approve_first(rt: Runtime, run_id: str, user: Requester = ALICE) -> None:
     assert outcome.result == service.DecisionResult.DECIDED, outcome
 
 
-def work(rt: Runtime, *, with_scheduler: bool = False) -> None:
+def work(rt: Runtime) -> None:
     """Run queued jobs in this process until the queue is empty (RQ's SimpleWorker, burst)."""
     runtime_module.install(rt)
-    make_worker(rt).work(burst=True, with_scheduler=with_scheduler, logging_level="WARNING")
+    make_worker(rt).work(burst=True, logging_level="WARNING")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 15.0, what: str = "") -> T:

@@ -13,6 +13,7 @@ from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import EndReason, RunStatus
 from worker.service import DecisionResult
+from worker.sweeper import Sweeper
 
 CREATE = Turn(
     tool_calls=[("create_ticket", {"project": "IT", "title": "VPN is down", "body": "since 9am"})]
@@ -139,7 +140,11 @@ def test_expiry_through_the_rq_scheduler_is_a_denial(redis_conn, model_server, t
     run = _suspended(rt, model_server)
     request = rt.approvals.get(run.pending_approvals[0])
     wait_until(lambda: time.time() > request.expires_at + 0.1, what="expiry time")
-    work(rt, with_scheduler=True)  # the scheduler moves the due expiry job to the queue
+    scheduler = Sweeper(rt).scheduler  # RQ's scheduler, as every worker's sweeper runs it
+    assert scheduler.acquire_locks()
+    scheduler.enqueue_scheduled_jobs()
+    assert rt.expiry_job_id(request.id) in rt.queue.job_ids
+    work(rt)
 
     run = rt.store.load(run.id)
     assert rt.approvals.get(request.id).status == "expired"
@@ -228,3 +233,20 @@ def test_a_failing_surface_never_ends_a_run(redis_conn, model_server, tickets_db
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
     assert BrokenSurface.calls >= 4
+
+
+def test_the_sweeper_expires_overdue_approvals_when_no_scheduler_did(
+    redis_conn, model_server, tickets_db
+):
+    from worker.sweeper import sweep
+
+    model_server.route("VPN", [CREATE, "Expired, not filed."])
+    rt = make_runtime(redis_conn, model_server.url, approval_ttl=0.3)
+    run = _suspended(rt, model_server)
+    request = rt.approvals.get(run.pending_approvals[0])
+    wait_until(lambda: time.time() > request.expires_at, what="expiry time")
+    sweep(rt)
+    assert rt.approvals.get(request.id).status == "expired"
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    assert TicketStore(tickets_db).count_executions("create_ticket") == 0

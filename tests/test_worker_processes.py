@@ -83,8 +83,8 @@ def test_worker_processes_are_restarted_when_one_dies(
         [sys.executable, "-m", "switchboard", "worker", "--processes", "2"],
         env=env,
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=open(tmp_path / "workers.log", "wb"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
     )
     try:
 

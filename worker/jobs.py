@@ -18,7 +18,7 @@ log = structlog.get_logger(__name__)
 
 # A job still queued after this long is taken for lost (a worker died between taking it from
 # the queue and leasing the run): the sweeper queues the run again.
-QUEUED_MARK_SECONDS = 300
+QUEUED_MARK_SECONDS = 60
 
 
 def advance(run_id: str) -> str:

@@ -31,15 +31,16 @@ def make_worker(rt: Runtime, name: str | None = None) -> SimpleWorker:
     )
 
 
-def serve(rt: Runtime, *, burst: bool = False, with_scheduler: bool = True) -> None:
-    """Work the queue until stopped (SIGINT/SIGTERM finish the current job first)."""
+def serve(rt: Runtime, *, burst: bool = False) -> None:
+    """Work the queue until stopped (SIGINT/SIGTERM finish the current job first). RQ's
+    scheduler runs in the sweeper thread (see worker/sweeper.py), not in a forked child."""
     runtime.install(rt)
     sweeper = Sweeper(rt)
     sweeper.start()
     worker = make_worker(rt)
     log.info("worker_started", name=worker.name, queue=rt.queue.name)
     try:
-        worker.work(burst=burst, with_scheduler=with_scheduler, logging_level="WARNING")
+        worker.work(burst=burst, logging_level="WARNING")
     finally:
         sweeper.stop()
         log.info("worker_stopped", name=worker.name)

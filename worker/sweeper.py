@@ -7,6 +7,8 @@ import threading
 
 import redis
 import structlog
+from rq.scheduler import RQScheduler
+from rq.serializers import JSONSerializer
 
 from worker.jobs import enqueue_advance, expire
 from worker.runtime import Runtime
@@ -35,18 +37,44 @@ def sweep(rt: Runtime) -> int:
 
 
 class Sweeper(threading.Thread):
+    """Runs in every worker process: RQ's scheduler (approval expiry jobs) and `sweep`.
+
+    RQ's scheduler runs here, in a thread, rather than in the child process RQ forks for it:
+    a forked child inherits the worker's Redis sockets, and when the worker alone is killed
+    (the OOM killer, a stray kill -9) the child keeps its blocked dequeue open, so Redis hands
+    the next job to a socket nobody reads. One process at a time holds RQ's scheduler lock.
+    """
+
     def __init__(self, rt: Runtime, interval: float | None = None) -> None:
         super().__init__(name="switchboard-sweeper", daemon=True)
         self.rt = rt
         self.interval = interval if interval is not None else rt.settings.sweep_interval
         self.stopping = threading.Event()
+        self.scheduler = RQScheduler(  # its lock TTL is interval + 60 whole seconds
+            [rt.queue.name],
+            connection=rt.redis,
+            interval=max(1, round(self.interval)),
+            serializer=JSONSerializer,
+        )
 
     def run(self) -> None:
         while not self.stopping.wait(self.interval):
             try:
-                sweep(self.rt)
+                self.tick()
             except redis.RedisError:
                 log.warning("sweep_failed", exc_info=True)
 
+    def tick(self) -> None:
+        """One pass: move due scheduled jobs (if this process holds RQ's scheduler lock) to
+        the queue, then sweep."""
+        if self.scheduler.acquire_locks():
+            self.scheduler.enqueue_scheduled_jobs()
+        sweep(self.rt)
+
     def stop(self) -> None:
         self.stopping.set()
+        self.join(self.interval + 5)
+        try:
+            self.scheduler.release_locks()
+        except redis.RedisError:
+            log.warning("scheduler_release_failed", exc_info=True)
