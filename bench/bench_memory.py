@@ -91,7 +91,8 @@ def main() -> int:
                 series.append((done, rss))
                 print(f"   after {done:5d} runs: {rss / MB:7.1f} MB", flush=True)
             child_rss = [rss_kib(c.pid) for c in children if c.is_running()]
-            # RSS counts pages shared with RQ's forked scheduler child twice; PSS splits them
+            # RSS counts pages shared with a forked child twice; PSS splits them (Switchboard's
+            # workers fork none since RQ's scheduler moved into the sweeper thread)
             full = [p.memory_full_info() for p in [psutil.Process(worker.pid), *children]]
         finally:
             worker.stop()
@@ -127,7 +128,7 @@ def main() -> int:
             ", ".join(f"{r / MB:.1f} MB" for r in child_rss),
         )
     row(
-        "PSS (USS) worker; scheduler child",
+        "PSS (USS) worker" + ("; scheduler child" if child_rss else ""),
         "; ".join(f"{m.pss / MB / 1024:.1f} MB ({m.uss / MB / 1024:.1f} MB)" for m in full),
     )
     row("ratio RSS after runs / after start-up", f"{ratio:5.2f}x")
