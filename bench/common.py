@@ -20,8 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +33,7 @@ import redis  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, Script, Turn  # noqa: E402
 from tests.processes import WorkerProcess, worker_env  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
+from tests.runtime_helpers import wait_until  # noqa: E402
 
 T = TypeVar("T")
 
@@ -220,17 +220,6 @@ def wait_for_workers(conn: redis.Redis, queue_name: str, count: int, timeout: fl
 
     queue = Queue(queue_name, connection=conn)
     wait_until(lambda: Worker.count(queue=queue) >= count, timeout, f"{count} workers")
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 60.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.005)
 
 
 # --- measuring ----------------------------------------------------------------------------------

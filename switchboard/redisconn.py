@@ -41,12 +41,5 @@ def embedded() -> redis.Redis:
 
 
 def url_of(connection: redis.Redis) -> str:
-    """A URL other processes can use to reach the same server."""
-    socket_file = getattr(connection, "socket_file", None)
-    if socket_file:
-        return f"unix://{socket_file}"
-    kwargs = connection.connection_pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
-    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
+    """How processes we start reach the embedded server: its unix socket."""
+    return f"unix://{connection.socket_file}"

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -54,11 +54,6 @@ class Config(BaseSettings):
     max_cost: float = Field(1.0, alias="SWITCHBOARD_MAX_COST", ge=0)
     max_tool_calls: int = Field(24, alias="SWITCHBOARD_MAX_TOOL_CALLS", ge=1, le=500)
     log_format: str = Field("console", alias="SWITCHBOARD_LOG_FORMAT")  # console | json
-
-    @field_validator("tools")
-    @classmethod
-    def _strip(cls, value: str) -> str:
-        return value.strip()
 
     @property
     def tool_modules(self) -> list[str]:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
 from tests.fakes.openai_server import FakeOpenAI
+
+if TYPE_CHECKING:
+    from tests.bot_helpers import BotEnv
 from tests.redis_server import RedisServer
 
 os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
@@ -52,3 +56,14 @@ def tickets_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "tickets.sqlite3"
     monkeypatch.setenv("SWITCHBOARD_TICKETS_DB", str(path))
     return path
+
+
+@pytest.fixture
+def env(
+    redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
+) -> Iterator[BotEnv]:
+    """The Slack bot served over HTTP against FakeSlack (see tests/bot_helpers.py)."""
+    from tests.bot_helpers import bot_env
+
+    with bot_env(redis_conn, model_server.url, tmp_path) as bot:
+        yield bot

@@ -4,11 +4,7 @@ else's click, forged or not, is refused and stores nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-import redis
 
 from bot.blocks import SAVE_DEMO
 from tests.bot_helpers import (
@@ -18,7 +14,6 @@ from tests.bot_helpers import (
     STRANGER,
     BotEnv,
     answered,
-    bot_env,
     buttons,
     shown_view,
     texts,
@@ -31,14 +26,6 @@ from worker.run import Run, RunStatus
 
 QUESTION = "What does Django Fundamentals cost?"
 REVIEW = "it is not shown to the model until accepted with `switchboard demos review`"
-
-
-@pytest.fixture
-def env(
-    redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
-) -> Iterator[BotEnv]:
-    with bot_env(redis_conn, model_server.url, tmp_path) as bot:
-        yield bot
 
 
 def finished(env: BotEnv, question: str) -> Run:

@@ -4,7 +4,7 @@ the Web API, FakeOpenAI for the model, a real Redis and RQ SimpleWorker, SQLite 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from tests.bot_helpers import (
     SUPPORT,
     SUPPORT2,
     BotEnv,
-    bot_env,
     buttons,
     has_button,
     texts,
@@ -45,14 +44,6 @@ CREATE = Turn(
     tool_calls=[("create_ticket", {"project": "IT", "title": "VPN is down", "body": "since 9am"})]
 )
 ASK_TICKET = "<@UBOT> please file a ticket: VPN is down"
-
-
-@pytest.fixture
-def env(
-    redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
-) -> Iterator[BotEnv]:
-    with bot_env(redis_conn, model_server.url, tmp_path) as bot:
-        yield bot
 
 
 def suspended_on_card(env: BotEnv, text: str = ASK_TICKET) -> tuple[dict, str, str]:

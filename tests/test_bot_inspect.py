@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from bot.blocks import APPROVE, VIEW_RUN
 from tests.bot_helpers import (
@@ -19,7 +16,6 @@ from tests.bot_helpers import (
     SUPPORT,
     BotEnv,
     answered,
-    bot_env,
     buttons,
     texts,
 )
@@ -29,14 +25,6 @@ from worker import service
 from worker.run import Run
 
 BOB = "UBOB"
-
-
-@pytest.fixture
-def env(
-    redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
-) -> Iterator[BotEnv]:
-    with bot_env(redis_conn, model_server.url, tmp_path) as bot:
-        yield bot
 
 
 @pytest.fixture

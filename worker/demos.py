@@ -360,7 +360,10 @@ class Selector:
         return chosen
 
     def lookup(self, ids: list[str]) -> list[Demonstration]:
-        by_id = {d.id: d for d in self._current().demos}
+        """The demonstrations a run was shown at its first step, for its later steps: from the
+        index this process already holds, without asking Redis whether the library changed."""
+        index = self._index or self._current()
+        by_id = {d.id: d for d in index.demos}
         return [by_id[i] for i in ids if i in by_id]
 
     def _current(self) -> _Index:

@@ -43,6 +43,12 @@ class ModelError(Exception):
         self.timed_out = timed_out
 
 
+NO_MODEL = (
+    "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use OpenAI, or "
+    "OPENAI_BASE_URL to use any OpenAI-compatible server."
+)
+
+
 class ModelNotConfigured(RuntimeError):
     pass
 
@@ -71,10 +77,7 @@ class ModelClient:
         max_retries: int = 2,
     ) -> None:
         if not api_key and not base_url:
-            raise ModelNotConfigured(
-                "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use "
-                "OpenAI, or OPENAI_BASE_URL to use any OpenAI-compatible server."
-            )
+            raise ModelNotConfigured(NO_MODEL)
         self.model = model
         self.timeout = timeout
         self.client = openai.OpenAI(

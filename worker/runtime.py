@@ -15,7 +15,7 @@ from approvals import ApprovalStore, ExecutionLedger
 from tools import Policy, ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
-from worker.model import Model, ModelNotConfigured
+from worker.model import NO_MODEL, Model, ModelNotConfigured
 from worker.run import Budgets, Run
 from worker.store import RunStore
 from worker.surface import Guarded, SilentSurface, Surface
@@ -92,10 +92,7 @@ class Runtime:
 
     def require_model(self) -> Model:
         if self.model is None:
-            raise ModelNotConfigured(
-                "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use "
-                "OpenAI, or OPENAI_BASE_URL to use any OpenAI-compatible server."
-            )
+            raise ModelNotConfigured(NO_MODEL)
         return self.model
 
 
