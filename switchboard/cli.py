@@ -34,7 +34,8 @@ EPILOG = """\
 examples:
   switchboard chat                      ask in the terminal, approve at the prompt
   switchboard dev                       bot + workers (+ embedded Redis) in one process tree
-  switchboard worker --processes 2      run two worker processes
+  switchboard worker --processes 2 --concurrency 64
+                                        two worker processes carrying 64 runs each
   switchboard runs list --status awaiting_approval
   switchboard runs show r18c2f3a9b1c2d3e4 --json
 """
@@ -91,7 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=3000, help="HTTP port (default 3000)")
 
     p = verb("worker", "run workers that advance runs from the queue", cmd_worker)
-    p.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--concurrency",
+        type=positive,
+        metavar="N",
+        help="runs each process carries at once (default SWITCHBOARD_WORKER_CONCURRENCY, 32)",
+    )
     p.add_argument("--burst", action="store_true", help="stop when the queue is empty")
 
     p = verb("chat", "ask questions in the terminal and answer approvals at the prompt", cmd_chat)
@@ -129,7 +136,19 @@ def child_env(rt: Runtime, config: Config) -> dict[str, str]:
     return {} if config.redis_url else {"REDIS_URL": url_of(rt.redis)}
 
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected 1 to 1000, got {value}")
+    return value
+
+
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
+    if args.concurrency:
+        config.worker_concurrency = args.concurrency
     rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
@@ -141,9 +160,10 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         return 0
     from switchboard.supervise import Supervisor
 
+    child = ["worker", "--concurrency", str(config.worker_concurrency)]
     supervisor = Supervisor(child_env(rt, config))
     for n in range(args.processes):
-        supervisor.start(f"worker-{n + 1}", ["worker", *(["--burst"] if args.burst else [])])
+        supervisor.start(f"worker-{n + 1}", [*child, *(["--burst"] if args.burst else [])])
     return supervisor.watch(restart=not args.burst)
 
 

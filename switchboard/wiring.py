@@ -41,6 +41,7 @@ def runtime_settings(config: Config) -> Settings:
         model_timeout=config.model_timeout,
         model_retries=config.model_retries,
         demos_as_text=config.demos_as == "text",
+        concurrency=config.worker_concurrency,
         budgets=Budgets(
             max_steps=config.max_steps,
             deadline_seconds=config.deadline_seconds,
@@ -53,7 +54,10 @@ def runtime_settings(config: Config) -> Settings:
 
 def open_runtime(config: Config) -> Runtime:
     """The runtime every command uses: configured Redis (or the embedded one), tools, policy."""
-    return build_runtime(config, connect(config.redis_url))
+    # Every slot holds a connection while it waits in RQ's blocking dequeue; its run needs
+    # another, and tools, leases and the sweeper share a few more.
+    pool = 2 * config.worker_concurrency + 16
+    return build_runtime(config, connect(config.redis_url, max_connections=pool))
 
 
 def build_runtime(

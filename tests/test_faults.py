@@ -244,8 +244,78 @@ def test_the_sweeper_leaves_queued_runs_alone_and_requeues_lost_ones(
     run = service.submit(rt, "backlog question", ALICE)
     wait_until(lambda: rt.store.overdue(older_than=0.05), what="the run to be overdue")
     assert sweep(rt) == 0 and rt.queue.count == 1  # waiting in the queue, not lost
-    redis_conn.delete(rt.store.queued_key(run.id))  # as if a worker took it and died
-    assert sweep(rt) == 1 and rt.queue.count == 2
+    # the backlog has waited far longer than the grace period: still not lost
+    wait_until(lambda: rt.store.overdue(older_than=0.5), what="a long wait in the queue")
+    assert sweep(rt) == 0 and rt.queue.count == 1
+    redis_conn.lpop(rt.queue.key)  # as if a worker took the job and died before leasing it
+    assert sweep(rt) == 1 and rt.queue.count == 1
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
     assert not rt.store.overdue(older_than=0)
+
+
+def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
+    redis_conn, redis_url, model_server, faults, tmp_path
+):
+    env = worker_env(
+        redis_url,
+        model_server.url,
+        tmp_path,
+        SWITCHBOARD_TOOLS="tests.fault_tools",
+        FAULT_DIR=str(faults),
+        SWITCHBOARD_LEASE_SECONDS=str(LEASE),
+        SWITCHBOARD_SWEEP_SECONDS="0.1",
+    )
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
+    worker = WorkerProcess(env, tmp_path / "w1.log", "--concurrency", "8")
+    replacement = None
+    try:
+        _hold(faults)
+        # four runs in an approved write, four in a model call that hangs: eight at once
+        writes = []
+        for n in range(4):
+            question = f"octet write [{n}]"
+            model_server.route(
+                question, [Turn(tool_calls=[("slow_write", {"name": f"o{n}"})]), "ok"]
+            )
+            writes.append(service.submit(rt, question, ALICE))
+        for run in writes:
+            wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
+            approve_first(rt, run.id)
+        models = []
+        for n in range(4):
+            question = f"octet model [{n}]"
+            model_server.route(question, Script([f"answer {n}"], faults={0: [Fault.slow(30)]}))
+            models.append(service.submit(rt, question, ALICE))
+        for n in range(4):
+            wait_until(lambda n=n: (faults / f"write-o{n}").exists(), what="the writes to start")
+            model_server.wait_for(
+                lambda n=n: any(f"octet model [{n}]" in str(r) for r in model_server.chat_requests)
+            )
+        runs = writes + models
+
+        def holders() -> set[str]:
+            tokens = [redis_conn.get(rt.store.lease_key(r.id)) for r in runs]
+            return {t.decode().split("-")[0] for t in tokens if t}
+
+        wait_until(
+            lambda: len([r for r in runs if redis_conn.exists(rt.store.lease_key(r.id))]) == 8,
+            what="eight runs leased at once",
+        )
+        assert holders() == {str(worker.pid)}  # one process carries all eight
+
+        worker.kill9()
+        killed = time.time()
+        replacement = WorkerProcess(env, tmp_path / "w2.log", "--concurrency", "8")
+        _released(faults)
+        ended = [_ends(rt, r.id, killed) for r in runs]
+        for n, run in enumerate(ended[:4]):
+            assert fault_tools.starts(faults, f"o{n}") == 1  # never run twice
+            assert "write_unknown" in [e.kind for e in rt.events.read(run.id)]
+        for n, run in enumerate(ended[4:]):
+            assert run.status == RunStatus.COMPLETED and run.answer == f"answer {n}"
+    finally:
+        _released(faults)
+        worker.stop()
+        if replacement is not None:
+            replacement.stop()

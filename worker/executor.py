@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 from datetime import UTC, datetime
 
@@ -38,7 +39,10 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
     for call in calls:
         tool = rt.registry.get(call.name)
         assert tool is not None and call.args is not None
-        futures.append(rt.executor.submit(execute, tool, context_for(run, call), call.args))
+        # the run's log context (run id) goes with the call into the pool's thread
+        context = contextvars.copy_context()
+        ctx = context_for(run, call)
+        futures.append(rt.executor.submit(context.run, execute, tool, ctx, call.args))
     for call, future in zip(calls, futures, strict=True):
         observation: Observation = future.result()
         call.state, call.result = "done", observation.text

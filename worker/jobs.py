@@ -6,24 +6,26 @@ twice. Crashed runs are recovered from their persisted state by the sweeper inst
 
 from __future__ import annotations
 
+import uuid
+
 import structlog
+from rq import get_current_job
 
 from worker import runtime
-from worker.lease import Lease
 from worker.loop import Finish, drive, end
 from worker.run import EndReason, RunStatus
 from worker.store import LeaseLost, RunNotFound
 
 log = structlog.get_logger(__name__)
 
-# A job still queued after this long is taken for lost (a worker died between taking it from
-# the queue and leasing the run): the sweeper queues the run again.
-QUEUED_MARK_SECONDS = 60
+# The outcome of a job whose process was stopping: the run went back to the queue.
+HANDED_BACK = "handed_back"
 
 
 def advance(run_id: str) -> str:
     """Advance a run as far as it can go now. Safe to call any number of times."""
-    return advance_run(runtime.current(), run_id)
+    job = get_current_job()
+    return advance_run(runtime.current(), run_id, job.id if job is not None else None)
 
 
 def expire_approval(approval_id: str) -> str:
@@ -31,20 +33,25 @@ def expire_approval(approval_id: str) -> str:
     return expire(runtime.current(), approval_id)
 
 
-def advance_run(rt: runtime.Runtime, run_id: str) -> str:
-    rt.redis.delete(rt.store.queued_key(run_id))
-    lease = Lease(rt.store, run_id, rt.settings.lease_seconds)
+def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> str:
+    rt.store.clear_queued(run_id, job_id)
     while True:
-        if not lease.acquire():
+        lease = rt.leases.acquire(run_id)
+        if lease is None:
             rt.store.wake(run_id)  # the holder will see the new score and look again
             return "busy"
         due_seen = rt.store.due_score(run_id)
         structlog.contextvars.bind_contextvars(run_id=run_id)
         try:
             outcome = _advance_held(rt, run_id, lease.token)
+            if outcome == HANDED_BACK:
+                rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
             again = lease.release(due_seen)
             structlog.contextvars.unbind_contextvars("run_id")
+        if outcome == HANDED_BACK:
+            enqueue_advance(rt, run_id)
+            return outcome
         if not again or outcome in ("missing", "lost"):
             return outcome
 
@@ -58,7 +65,8 @@ def _advance_held(rt: runtime.Runtime, run_id: str, token: str) -> str:
     if run.status.terminal:
         return run.status.value
     try:
-        drive(rt, run, token)
+        if not drive(rt, run, token):
+            return HANDED_BACK
     except LeaseLost:
         log.warning("advance_lease_lost", run_id=run_id)
         return "lost"
@@ -87,11 +95,14 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
 
 
 def enqueue_advance(rt: runtime.Runtime, run_id: str) -> None:
-    # While this mark lives the sweeper leaves the run alone: it is waiting in the queue,
-    # not lost, however long the backlog. A worker clears it when it picks the job up.
-    rt.redis.set(rt.store.queued_key(run_id), 1, ex=QUEUED_MARK_SECONDS)
+    # The mark names the job, so the sweeper can see the job is still in the queue (waiting,
+    # not lost, however long the backlog) and a worker clears it when it takes that job.
+    # Marked before it is enqueued: a worker may take the job at once.
+    job_id = uuid.uuid4().hex
+    rt.store.mark_queued(run_id, job_id)
     rt.queue.enqueue_call(
-        "worker.jobs.advance",
+        job_id=job_id,
+        func="worker.jobs.advance",
         args=(run_id,),
         timeout=rt.settings.job_timeout,
         result_ttl=60,

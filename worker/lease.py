@@ -1,4 +1,8 @@
-"""Run leases: only one worker advances a run at a time, and a crashed worker's lease lapses."""
+"""Run leases: only one worker advances a run at a time, and a crashed worker's lease lapses.
+
+A process holds up to `--concurrency` leases at once. One keeper thread renews all of them in
+one pipeline per beat, rather than one heartbeat thread and one round trip per run.
+"""
 
 from __future__ import annotations
 
@@ -35,50 +39,80 @@ return 1
 
 
 class Lease:
-    """A lease on one run, renewed by a heartbeat thread while held."""
+    """A held lease on one run. Release it exactly once."""
 
-    def __init__(self, store: RunStore, run_id: str, seconds: float) -> None:
+    def __init__(self, keeper: LeaseKeeper, run_id: str, token: str) -> None:
+        self.keeper = keeper
+        self.run_id = run_id
+        self.token = token
+
+    def release(self, due_seen: str) -> bool:
+        """Let go of the run. True when it was woken meanwhile and needs another look."""
+        return self.keeper.release(self, due_seen)
+
+
+class LeaseKeeper:
+    """Takes, renews and releases the leases of one process's runs."""
+
+    def __init__(self, store: RunStore, seconds: float) -> None:
         self.store = store
         self.redis: redis.Redis = store.redis
-        self.run_id = run_id
         self.ms = max(int(seconds * 1000), 100)
-        # the holder's pid in the token: who holds a run is visible to operators and tests
-        self.token = f"{os.getpid()}-{secrets.token_hex(6)}"
-        self._stop = threading.Event()
+        self._held: dict[str, str] = {}  # run id -> token
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
 
-    @property
-    def key(self) -> str:
-        return self.store.lease_key(self.run_id)
+    def acquire(self, run_id: str) -> Lease | None:
+        # the holder's pid in the token: who holds a run is visible to operators and tests
+        token = f"{os.getpid()}-{secrets.token_hex(6)}"
+        if not self.redis.set(self.store.lease_key(run_id), token, nx=True, px=self.ms):
+            return None
+        with self._lock:
+            self._held[run_id] = token
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._heartbeat, name="lease-keeper", daemon=True
+                )
+                self._thread.start()
+        return Lease(self, run_id, token)
 
-    def acquire(self) -> bool:
-        if not self.redis.set(self.key, self.token, nx=True, px=self.ms):
-            return False
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._heartbeat, name=f"lease-{self.run_id}", daemon=True
-        )
-        self._thread.start()
-        return True
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ms / 3000):
-            try:
-                if not self._renew(keys=[self.key], args=[self.token, self.ms]):
-                    log.warning("lease_lost", run_id=self.run_id)
-                    return
-            except redis.RedisError:
-                log.warning("lease_renew_failed", run_id=self.run_id, exc_info=True)
-
-    def release(self, due_seen: str) -> bool:
-        """Let go of the run. True when it was woken meanwhile and needs another look."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def release(self, lease: Lease, due_seen: str) -> bool:
+        with self._lock:
+            if self._held.get(lease.run_id) == lease.token:
+                del self._held[lease.run_id]
         again = self._release(
-            keys=[self.key, self.store.due_key], args=[self.token, self.run_id, due_seen]
+            keys=[self.store.lease_key(lease.run_id), self.store.due_key],
+            args=[lease.token, lease.run_id, due_seen],
         )
         return bool(again)
+
+    def held(self) -> list[str]:
+        """Ids of the runs this process holds now."""
+        with self._lock:
+            return list(self._held)
+
+    def _heartbeat(self) -> None:
+        while not self._wake.wait(self.ms / 3000):
+            with self._lock:
+                held = list(self._held.items())
+            if held:
+                self.renew(held)
+
+    def renew(self, held: list[tuple[str, str]]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id, token in held:
+            self._renew(keys=[self.store.lease_key(run_id)], args=[token, self.ms], client=pipe)
+        try:
+            renewed = pipe.execute()
+        except redis.RedisError:
+            log.warning("lease_renew_failed", runs=len(held), exc_info=True)
+            return
+        for (run_id, token), ok in zip(held, renewed, strict=True):
+            if not ok:  # another worker took it over: our next fenced save fails
+                log.warning("lease_lost", run_id=run_id)
+                with self._lock:
+                    if self._held.get(run_id) == token:
+                        del self._held[run_id]

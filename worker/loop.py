@@ -59,13 +59,18 @@ class Clock:
         return self.already + time.monotonic() - self.started
 
 
-def drive(rt: Runtime, run: Run, lease_token: str) -> None:
-    """Advance `run` until it suspends or ends. The caller holds the run's lease."""
+def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
+    """Advance `run` until it suspends or ends (True), or until this process is asked to stop
+    (False: the run is saved as of its last step, for the caller to hand back to the queue).
+    The caller holds the run's lease."""
     clock = Clock(run.usage.active_seconds)
     if run.status != RunStatus.RUNNING:
         run.status = RunStatus.RUNNING
         rt.store.save(run, lease_token)
     while True:
+        if rt.stopping.is_set():
+            rt.events.append(run.id, "handed_back", pid=os.getpid(), step=run.usage.steps)
+            return False
         step = next_step(rt, run, clock)
         run.usage.active_seconds = round(clock.total(), 3)
         match step:
@@ -75,10 +80,10 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> None:
                 run.status = RunStatus.AWAITING_APPROVAL
                 rt.store.save(run, lease_token)
                 rt.events.append(run.id, "suspended", approvals=run.pending_approvals)
-                return
+                return True
             case Finish():
                 end(rt, run, step, lease_token)
-                return
+                return True
 
 
 def next_step(rt: Runtime, run: Run, clock: Clock) -> Step:

@@ -1,16 +1,36 @@
-"""A worker process: RQ's SimpleWorker plus Switchboard's sweeper.
+"""A worker process: `concurrency` RQ worker loops in threads, plus Switchboard's sweeper.
+
+A run spends almost all its working time waiting on the model's HTTP answer, so one process
+carries many runs: each slot is an RQ `SimpleWorker` loop in its own thread, taking jobs from
+the one RQ queue, so RQ stays the queue, the registries and the scheduler. Chosen by
+measurement (bench/bench_latency.py): threads against an asyncio rewrite of the loop would
+buy little, since the GIL is released on every socket wait and a step's CPU is milliseconds.
 
 SimpleWorker runs jobs in the worker process instead of forking one per job: measured here,
 two fork-per-job workers did ~74 no-op jobs/s and two SimpleWorkers ~370. Forking buys crash
 isolation, but a run's state is in Redis and crashed runs are recovered by lease expiry and
 the sweeper, so Switchboard does not need RQ to notice a dead work-horse.
+
+Signals reach only the main thread, so it owns them: the first SIGINT/SIGTERM stops taking
+jobs and asks every run in flight to hand itself back to the queue at its next step
+(`Runtime.stopping`); runs still busy when the grace period ends are recovered by the sweeper
+once their leases lapse. A second signal stops at once.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
 import structlog
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
+from rq.timeouts import TimerDeathPenalty
+from rq.worker import WorkerStatus
 
 from worker import runtime
 from worker.runtime import Runtime
@@ -18,29 +38,158 @@ from worker.sweeper import Sweeper
 
 log = structlog.get_logger(__name__)
 
+DEFAULT_GRACE_SECONDS = 25.0  # Kubernetes waits 30 s between SIGTERM and SIGKILL
+SLOT_RESTART_SECONDS = 1.0  # a slot whose loop died (Redis went away) is started again after
 
-def make_worker(rt: Runtime, name: str | None = None) -> SimpleWorker:
-    return SimpleWorker(
+
+class SlotWorker(SimpleWorker):
+    """One slot of a worker process: RQ's SimpleWorker loop, run in a thread."""
+
+    # RQ's default job timeout uses SIGALRM, which only the main thread can receive.
+    death_penalty_class = TimerDeathPenalty
+
+    def __init__(self, *args: Any, slot: int = 0, **kwargs: Any) -> None:
+        self.slot = slot
+        super().__init__(*args, **kwargs)
+
+    def _install_signal_handlers(self) -> None:
+        """The process's main thread owns the signals (see `serve`)."""
+
+    # RQ's per-worker command channel and registry cleaning: once per process, not per slot.
+    def subscribe(self) -> None:
+        if self.slot == 0:
+            super().subscribe()
+
+    def unsubscribe(self) -> None:
+        if self.slot == 0:
+            super().unsubscribe()
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        return self.slot == 0 and bool(super().should_run_maintenance_tasks)
+
+
+def make_worker(rt: Runtime, slot: int = 0, name: str | None = None) -> SlotWorker:
+    return SlotWorker(
         [rt.queue],
         connection=rt.redis,
         serializer=JSONSerializer,
         name=name,
+        slot=slot,
         # RQ's own liveness bookkeeping; Switchboard's recovery does not wait for it.
         worker_ttl=60,
         maintenance_interval=60,
     )
 
 
-def serve(rt: Runtime, *, burst: bool = False) -> None:
-    """Work the queue until stopped (SIGINT/SIGTERM finish the current job first). RQ's
-    scheduler runs in the sweeper thread (see worker/sweeper.py), not in a forked child."""
+class Slot:
+    """A worker loop in a thread; started again if its loop ends while the process runs."""
+
+    def __init__(self, rt: Runtime, index: int, burst: bool) -> None:
+        self.rt, self.index, self.burst = rt, index, burst
+        self.worker = make_worker(rt, index, name=f"{socket.gethostname()}.{os.getpid()}.{index}")
+        self.thread = threading.Thread(target=self._work, name=f"slot-{index}", daemon=True)
+        self.ended_at: float | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            self.worker.work(burst=self.burst, logging_level="WARNING")
+        except Exception:  # the thread boundary: log it; the process starts the slot again
+            log.exception("worker_slot_failed", slot=self.index)
+        finally:
+            self.ended_at = time.monotonic()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    @property
+    def busy(self) -> bool:
+        return self.alive and self.worker.get_state() == WorkerStatus.BUSY
+
+    def request_stop(self) -> None:
+        self.worker._stop_requested = True  # RQ's own flag: leave the loop after this job
+
+    def restarted(self) -> Slot:
+        return Slot(self.rt, self.index, self.burst)
+
+
+def serve(
+    rt: Runtime,
+    *,
+    concurrency: int | None = None,
+    burst: bool = False,
+    grace: float = DEFAULT_GRACE_SECONDS,
+) -> None:
+    """Work the queue with `concurrency` slots until stopped (or, with `burst`, until the queue
+    is empty). RQ's scheduler runs in the sweeper thread (see worker/sweeper.py)."""
     runtime.install(rt)
+    count = max(1, concurrency or rt.settings.concurrency)
+    signals = Signals()
     sweeper = Sweeper(rt)
+    slots = [Slot(rt, i, burst) for i in range(count)]
     sweeper.start()
-    worker = make_worker(rt)
-    log.info("worker_started", name=worker.name, queue=rt.queue.name)
+    for slot in slots:
+        slot.start()
+    log.info("worker_started", queue=rt.queue.name, concurrency=count)
     try:
-        worker.work(burst=burst, logging_level="WARNING")
+        while not signals.stop.wait(0.2):
+            if burst and not any(s.alive for s in slots):
+                return
+            if not burst:
+                slots = [_replace_ended(s) for s in slots]
+        log.info("worker_stopping", in_flight=len(rt.leases.held()), grace=grace)
+        drain(rt, slots, grace)
     finally:
+        signals.restore()
         sweeper.stop()
-        log.info("worker_stopped", name=worker.name)
+        for slot in slots:
+            if slot.alive:  # idle in RQ's blocking dequeue: it goes with the process
+                slot.worker.register_death()
+        log.info("worker_stopped", still_held=len(rt.leases.held()))
+
+
+def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
+    """Take no new jobs; runs in flight hand themselves back at their next step. Returns when
+    no slot is busy or after `grace` seconds."""
+    rt.stopping.set()
+    for slot in slots:
+        slot.request_stop()
+    deadline = time.monotonic() + grace
+    while any(s.busy for s in slots) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _replace_ended(slot: Slot) -> Slot:
+    if slot.alive or slot.ended_at is None:
+        return slot
+    if time.monotonic() - slot.ended_at < SLOT_RESTART_SECONDS:
+        return slot
+    log.warning("worker_slot_restarted", slot=slot.index)
+    fresh = slot.restarted()
+    fresh.start()
+    return fresh
+
+
+class Signals:
+    """SIGINT/SIGTERM: the first asks for a graceful stop, the second stops at once."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():  # only it may set handlers
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.stop.is_set():
+            log.warning("worker_stop_now", signal=signal.Signals(signum).name)
+            raise SystemExit(1)
+        self.stop.set()
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from approvals import ApprovalStore, ExecutionLedger
 from tools import Policy, ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
+from worker.lease import LeaseKeeper
 from worker.model import NO_MODEL, Model, ModelNotConfigured
 from worker.run import Budgets, Run
 from worker.store import RunStore
@@ -43,6 +45,7 @@ class Settings:
     model_retries: int = 2
     budgets: Budgets = field(default_factory=Budgets)
     demos_as_text: bool = False  # demonstrations as text in the instructions, not as messages
+    concurrency: int = 1  # runs one worker process carries at once (RQ worker loops in threads)
 
     @property
     def job_timeout(self) -> int:
@@ -62,13 +65,17 @@ class Runtime:
     prices: PriceTable = field(default_factory=PriceTable)
     surfaces: dict[str, Surface] = field(default_factory=dict)
     demos: DemoSelector | None = None
-    executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=8, thread_name_prefix="tool")
-    )
 
     def __post_init__(self) -> None:
         ns = self.settings.namespace
         self.store = RunStore(self.redis, ns, self.settings.retention)
+        self.leases = LeaseKeeper(self.store, self.settings.lease_seconds)
+        # Set when the process is asked to stop: runs hand themselves back at the next step.
+        self.stopping = threading.Event()
+        # Threads start only when needed; enough for every run in flight to read at once.
+        self.executor = ThreadPoolExecutor(
+            max_workers=max(8, 4 * self.settings.concurrency), thread_name_prefix="tool"
+        )
         self.events = EventLog(self.redis, ns)
         self.approvals = ApprovalStore(self.redis, due_key=self.store.due_key, namespace=ns)
         self.ledger = ExecutionLedger(self.redis, ns)

@@ -27,6 +27,18 @@ return 1
 
 _WAKE = WAKE_LUA + "\nwake(KEYS[1], ARGV[1])\nreturn 1\n"
 
+# KEYS: queued mark.  ARGV: the job id that was taken ('' = whichever).
+_CLEAR_QUEUED = """
+if ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# How long a queued mark may outlive its job. A mark names its job, and the sweeper checks that
+# job is really in the queue, so a stale mark costs nothing; this only bounds the key's life.
+QUEUED_MARK_SECONDS = 24 * 3600
+
 
 class RunNotFound(LookupError):
     pass
@@ -45,6 +57,7 @@ class RunStore:
         self.retention = retention
         self._save = connection.register_script(_SAVE)
         self._wake = connection.register_script(_WAKE)
+        self._clear_queued = connection.register_script(_CLEAR_QUEUED)
 
     # keys
     def key(self, run_id: str) -> str:
@@ -119,6 +132,14 @@ class RunStore:
     def wake(self, run_id: str) -> None:
         """Mark the run as needing a worker (the sweeper enqueues it if nobody does)."""
         self._wake(keys=[self.due_key], args=[run_id])
+
+    def mark_queued(self, run_id: str, job_id: str) -> None:
+        """The run's advance job `job_id` is in the queue: the sweeper leaves it alone."""
+        self.redis.set(self.queued_key(run_id), job_id, ex=QUEUED_MARK_SECONDS)
+
+    def clear_queued(self, run_id: str, job_id: str | None) -> None:
+        """A worker took the job: drop the mark, unless it already names a later job."""
+        self._clear_queued(keys=[self.queued_key(run_id)], args=[job_id or ""])
 
     def due_score(self, run_id: str) -> str:
         score = self.redis.zscore(self.due_key, run_id)

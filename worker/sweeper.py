@@ -21,8 +21,8 @@ def sweep(rt: Runtime) -> int:
     grace = rt.settings.lease_seconds
     requeued = 0
     for run_id in rt.store.overdue(older_than=grace):
-        if rt.redis.exists(rt.store.lease_key(run_id), rt.store.queued_key(run_id)):
-            continue  # a live worker holds it, or its job is still waiting in the queue
+        if held_or_queued(rt, run_id):
+            continue
         # one sweeper re-queues a given run per grace period, however many workers sweep
         marker = f"{rt.settings.namespace}sweep:{run_id}"
         if not rt.redis.set(marker, 1, nx=True, px=max(int(grace * 1000), 100)):
@@ -34,6 +34,18 @@ def sweep(rt: Runtime) -> int:
         expire(rt, approval_id)  # a backstop for the scheduled expiry job
     rt.store.trim_indexes()
     return requeued
+
+
+def held_or_queued(rt: Runtime, run_id: str) -> bool:
+    """A live worker holds the run, or its advance job is still waiting in the queue, however
+    long the backlog. A job a worker took and then died with is neither: recover it."""
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.exists(rt.store.lease_key(run_id))
+    pipe.get(rt.store.queued_key(run_id))
+    leased, job_id = pipe.execute()
+    if leased:
+        return True
+    return job_id is not None and rt.redis.lpos(rt.queue.key, job_id) is not None
 
 
 class Sweeper(threading.Thread):
