@@ -262,10 +262,10 @@ def observe_denial(rt: Runtime, run: Run, call: Call, text: str) -> None:
     )
 
 
-def request_approval(rt: Runtime, run: Run, call: Call) -> None:
+def request_approval(rt: Runtime, run: Run, call: Call, position: int) -> None:
     assert call.args is not None
     request = rt.approvals.create(
-        approval_id=approval_id_for(run, call),
+        approval_id=approval_id_for(run, call, position),
         run_id=run.id,
         call_id=call.id,
         tool=call.name,
@@ -298,19 +298,23 @@ def request_approval(rt: Runtime, run: Run, call: Call) -> None:
     rt.surface(run).approval_requested(run, request, tool)
 
 
-def approval_id_for(run: Run, call: Call) -> str:
-    """The same call of the same run always maps to the same request, so a worker that
-    stops between asking and saving asks again for the same request, not a second one."""
-    return "ap_" + hashlib.sha256(f"{run.id}:{call.id}".encode()).hexdigest()[:20]
+def approval_id_for(run: Run, call: Call, position: int) -> str:
+    """The same proposal always maps to the same request, so a worker that stops between
+    asking and saving asks again for the same request, not a second one. A proposal is the
+    call's place in the run (step, position in the turn), not only its id: some servers
+    number calls per turn (`call_0` every time), and a later proposal must never find an
+    earlier, already decided request."""
+    key = f"{run.id}:{run.usage.steps}:{position}:{call.id}"
+    return "ap_" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def resolve_turn(rt: Runtime, run: Run) -> Step:
     """Ask for the turn's writes; collect decided ones; suspend while any is undecided."""
-    for call in run.turn:
+    for position, call in enumerate(run.turn):
         if call.state == "done":
             continue
         if call.approval_id is None:
-            request_approval(rt, run, call)
+            request_approval(rt, run, call, position)
             continue
         request = rt.approvals.get(call.approval_id)
         if request.status == ApprovalStatus.PENDING:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -122,9 +123,9 @@ class ModelClient:
         # Model text is stored and sent again: lone surrogates would make both fail.
         calls = [
             ProposedCall(
-                id=valid_unicode(call.id),
-                name=valid_unicode(call.function.name),
-                arguments=valid_unicode((call.function.arguments or "")[:MAX_ARGUMENTS_KEPT]),
+                id=_text(call.id),
+                name=_text(call.function.name),
+                arguments=_text(call.function.arguments)[:MAX_ARGUMENTS_KEPT],
             )
             for call in (message.tool_calls or [])
             if call.type == "function"
@@ -139,6 +140,20 @@ class ModelClient:
             completion_tokens=usage.completion_tokens if usage else 0,
             seconds=time.monotonic() - started,
         )
+
+
+def _text(value: object) -> str:
+    """A field the server should have sent as a string. Some OpenAI-compatible proxies send a
+    call's arguments as a JSON object, or null: keep what was meant, so decoding can judge it
+    and the model reads a bounded error rather than the run failing."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+    return valid_unicode(value)
 
 
 def _short(exc: openai.APIStatusError) -> str:

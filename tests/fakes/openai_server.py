@@ -56,14 +56,20 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 @dataclass(frozen=True)
 class ToolCall:
     """One function call the fake model makes. A dict of arguments is JSON-encoded; a
-    string is sent as is, so a test can send invalid or truncated JSON."""
+    string is sent as is, so a test can send invalid or truncated JSON. `id` replaces the
+    generated call id (some servers number calls per turn: `call_0` every time);
+    `as_object` sends the arguments as a JSON object, as some proxies wrongly do."""
 
     name: str
     arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+    as_object: bool = False
 
-    def encoded_arguments(self) -> str:
+    def encoded_arguments(self) -> Any:
         if isinstance(self.arguments, str):
             return self.arguments
+        if self.as_object:
+            return dict(self.arguments)
         return json.dumps(dict(self.arguments))
 
 
@@ -374,7 +380,7 @@ def build_completion(
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
     tool_calls = [
         {
-            "id": f"call_{index}_{n}_{digest}",
+            "id": call.id if call.id is not None else f"call_{index}_{n}_{digest}",
             "type": "function",
             "function": {"name": call.name, "arguments": call.encoded_arguments()},
         }
