@@ -17,6 +17,7 @@ log = structlog.get_logger(__name__)
 
 MAX_QUESTION_CHARS = 4000
 MAX_HISTORY_MESSAGES = 20
+MAX_THREAD_HOPS = 20  # how far back a reply looks for the asker's own last run in the thread
 
 
 class QuestionRejected(ValueError):
@@ -39,7 +40,7 @@ def submit(
         raise QuestionRejected(
             f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}."
         )
-    history = conversation(parent) if parent is not None else []
+    history = conversation(rt, parent, requester.user_id) if parent is not None else []
     run = Run(
         id=new_run_id(),
         question=text,
@@ -64,11 +65,21 @@ def submit(
     return run
 
 
-def conversation(parent: Run) -> list[dict[str, str]]:
-    """The questions and answers of a finished conversation, without its tool chatter."""
+def conversation(rt: Runtime, parent: Run, asker: str) -> list[dict[str, str]]:
+    """The asker's own questions and the answers they got earlier in this thread, without
+    the tool chatter. Other people's messages in the thread are left out: they would reach
+    the model as the asker's own words and could steer a run that has the asker's
+    permissions. Each run's history is built this way, so it holds one person's turns."""
+    run: Run | None = parent
+    for _ in range(MAX_THREAD_HOPS):
+        if run is None or run.requester.user_id == asker:
+            break
+        run = rt.store.find(run.parent_id) if run.parent_id else None
+    if run is None or run.requester.user_id != asker:
+        return []
     turns = [
         {"role": m["role"], "content": m["content"]}
-        for m in parent.messages
+        for m in run.messages
         if m.get("role") in ("user", "assistant") and not m.get("tool_calls") and m.get("content")
     ]
     return turns[-MAX_HISTORY_MESSAGES:]
