@@ -62,6 +62,9 @@ tools:
     allow: [everyone]
     approvers: [everyone]
     self_approval: true
+defaults:
+  read: {allow: [everyone]}
+  write: {allow: [everyone]}
 """
 
 

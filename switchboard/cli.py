@@ -119,9 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_runs_cancel)
     p.add_argument("run_id")
 
-    from switchboard import demos_cli, eval_cli
+    from switchboard import demos_cli, eval_cli, tools_cli
 
     demos_cli.add_commands(verbs)
+    tools_cli.add_command(verbs)
     eval_cli.add_command(verbs)
     return parser
 

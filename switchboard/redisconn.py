@@ -16,9 +16,7 @@ _embedded: redis.Redis | None = None
 
 def connect(url: str, max_connections: int = 100) -> redis.Redis:
     if url:
-        return redis.Redis.from_url(
-            url, health_check_interval=30, max_connections=max_connections
-        )
+        return redis.Redis.from_url(url, health_check_interval=30, max_connections=max_connections)
     return embedded(max_connections)
 
 

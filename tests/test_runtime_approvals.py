@@ -29,6 +29,10 @@ tools:
     allow: [everyone]
     approvers: [support]
     self_approval: false
+# grant the tools this file does not name, as when there is no policy file
+defaults:
+  read: {allow: [everyone]}
+  write: {allow: [everyone]}
 """
 
 

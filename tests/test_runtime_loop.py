@@ -117,6 +117,7 @@ def test_a_tool_the_user_may_not_call_is_hidden_and_denied(
     policy.write_text(
         "roles:\n  support: [USUPPORT]\n"
         "tools:\n  close_ticket:\n    allow: [support]\n    approvers: [support]\n"
+        "defaults:\n  read: {allow: [everyone]}\n"
     )
     model_server.route(
         "close it",

@@ -250,7 +250,9 @@ def test_version_depends_on_content_not_formatting(tmp_path: Path, registry: Too
     c = Policy.parse("roles: {support: [U2]}\ntools: {close_ticket: {allow: [support]}}", registry)
     assert a.version == b.version != c.version
     assert len(a.version) == 12
-    assert Policy.default(registry).version == Policy.parse("", registry).version
+    # no file is the same policy as a file that grants both effects by default, nothing else
+    both = Policy.parse("defaults: {read: {}, write: {}}", registry)
+    assert Policy.default(registry).version == both.version != Policy.parse("", registry).version
 
 
 # -- errors name the file, the line and the fix -------------------------------------
@@ -371,6 +373,7 @@ def test_missing_file(tmp_path: Path, registry: ToolRegistry) -> None:
         Policy.load(tmp_path / "absent.yaml", registry)
 
 
-def test_empty_file_is_the_default_policy(tmp_path: Path, registry: ToolRegistry) -> None:
+def test_an_empty_file_grants_nothing(tmp_path: Path, registry: ToolRegistry) -> None:
     policy = Policy.load(write(tmp_path, "# nothing yet\n"), registry)
-    assert policy.version == Policy.default(registry).version
+    assert policy.allowed_tools({"everyone", "admins"}) == []
+    assert policy.disabled_tools() == registry.names()

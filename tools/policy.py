@@ -4,6 +4,11 @@ A policy maps roles to Slack users and user groups, and tools to rules. It is
 loaded once at start-up (`SWITCHBOARD_POLICY`); a bad file fails with a message
 naming the file, the line and what to fix. Nothing the model writes can change
 it.
+
+Without a file, reads are for everyone and writes for everyone, approved by the
+requester. With a file, what it does not grant is denied: a tool it names
+neither by name, nor by pattern, nor through `defaults:` is not offered to the
+model and not run (`disabled_tools` lists them).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import structlog
 from tools.decode import canonical_json
 from tools.exceptions import PolicyError
 from tools.policy_file import (
+    EFFECTS,
     EVERYONE,
     REQUESTER,
     PolicyContent,
     RuleFields,
     default_rules,
+    pattern_matches,
     read_policy,
 )
 from tools.registry import ToolRegistry
@@ -33,6 +40,8 @@ from tools.registry import ToolRegistry
 __all__ = ["EVERYONE", "REQUESTER", "Denial", "Policy", "PolicyError", "ToolRule"]
 
 log = structlog.get_logger(__name__)
+
+DEFAULT_SOURCE = "<default policy>"
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class ToolRule:
         }
 
 
+NO_RULE = ToolRule(allow=())  # a tool the policy file does not grant: nobody may call it
+
+
 @dataclass(frozen=True)
 class Denial:
     """Why a call is not allowed, worded for the model to read."""
@@ -81,10 +93,22 @@ class Policy:
         self.roles: Mapping[str, frozenset[str]] = MappingProxyType(dict(content.roles))
         self.admins: tuple[str, ...] = content.admins
         self.approvals_channel: str | None = content.approvals_channel
+        # Only the effects granted to tools the policy does not name (see PolicyContent).
         self.defaults = {
-            effect: ToolRule.from_fields(fields) for effect, fields in content.defaults.items()
+            effect: ToolRule.from_fields(fields)
+            for effect, fields in content.defaults.items()
+            if effect in content.default_grants
         }
         self.tools = {name: ToolRule.from_fields(fields) for name, fields in content.tools.items()}
+        self.patterns: tuple[tuple[str, Mapping[str, ToolRule]], ...] = tuple(
+            (
+                entry.pattern,
+                MappingProxyType({e: ToolRule.from_fields(f) for e, f in entry.rules.items()}),
+            )
+            for entry in content.patterns
+        )
+        self.lines: Mapping[str, int] = MappingProxyType(dict(content.lines))
+        self.warnings: tuple[str, ...] = tuple(content.warnings)
         self.version = hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()[:12]
 
     # -- constructors ---------------------------------------------------------
@@ -105,13 +129,33 @@ class Policy:
     def parse(cls, text: str, registry: ToolRegistry, *, source: str = "policy.yaml") -> Policy:
         """Build a policy from YAML text; `source` names it in error messages."""
         policy = cls(read_policy(text, source, registry), registry, source)
-        log.info("policy_loaded", source=source, version=policy.version, tools=len(policy.tools))
+        log.info(
+            "policy_loaded",
+            source=source,
+            version=policy.version,
+            tools=len(policy.tools),
+            patterns=len(policy.patterns),
+            defaults=sorted(policy.defaults),
+        )
+        for warning in policy.warnings:
+            log.warning("policy_warning", warning=warning)
+        disabled = policy.disabled_tools()
+        if disabled:
+            log.warning(
+                "policy_tools_disabled", source=source, count=len(disabled), first=disabled[:5]
+            )
         return policy
 
     @classmethod
     def default(cls, registry: ToolRegistry) -> Policy:
         """No file: reads for everyone; writes for everyone, approved by the requester."""
-        return cls(PolicyContent(defaults=default_rules()), registry, "<default policy>")
+        content = PolicyContent(defaults=default_rules(), default_grants=frozenset(EFFECTS))
+        return cls(content, registry, DEFAULT_SOURCE)
+
+    @property
+    def is_default(self) -> bool:
+        """True when no policy file was given (the out-of-the-box rules apply)."""
+        return self.source == DEFAULT_SOURCE
 
     # -- identity -------------------------------------------------------------
 
@@ -132,13 +176,30 @@ class Policy:
     # -- calling --------------------------------------------------------------
 
     def rule(self, tool_name: str) -> ToolRule:
-        """The effective rule for a tool; KeyError for a name the registry does not know."""
+        """The effective rule for a tool; KeyError for a name the registry does not know.
+
+        A tool the policy grants no rule gets NO_RULE: nobody may call or approve it.
+        """
+        return self._lookup(tool_name)[0]
+
+    def rule_source(self, tool_name: str) -> str | None:
+        """Where a tool's rule comes from: "tools.NAME", "tools.PATTERN" or "defaults.EFFECT";
+        None when the policy grants it no rule. KeyError for an unknown tool."""
+        return self._lookup(tool_name)[1]
+
+    def _lookup(self, tool_name: str) -> tuple[ToolRule, str | None]:
+        """An exact name beats a pattern; the first matching pattern beats the defaults."""
         if tool_name in self.tools:
-            return self.tools[tool_name]
+            return self.tools[tool_name], f"tools.{tool_name}"
         tool = self.registry.get(tool_name)
         if tool is None:
             raise KeyError(f"unknown tool {tool_name!r}")
-        return self.defaults[tool.effect]
+        for pattern, rules in self.patterns:
+            if pattern_matches(pattern, tool_name):
+                return rules[tool.effect], f"tools.{pattern}"
+        if tool.effect in self.defaults:
+            return self.defaults[tool.effect], f"defaults.{tool.effect}"
+        return NO_RULE, None
 
     def allowed_tools(self, roles: Iterable[str]) -> list[str]:
         """Names of the tools these roles may call, in registry order."""
@@ -147,18 +208,49 @@ class Policy:
             name for name in self.registry.names() if not held.isdisjoint(self.rule(name).allow)
         ]
 
-    def authorize(
-        self, tool_name: str, roles: Iterable[str], args: Mapping[str, Any]
-    ) -> Denial | None:
-        """None if the call is allowed, else a Denial the model can read."""
+    def disabled_tools(self) -> list[str]:
+        """Registered tools the policy file grants no rule, in registry order."""
+        return [name for name in self.registry.names() if self.rule_source(name) is None]
+
+    def disabled_summary(self) -> str | None:
+        """One line for people about the tools disabled for lack of a rule; None if none."""
+        disabled = self.disabled_tools()
+        if not disabled:
+            return None
+        shown = ", ".join(disabled[:5])
+        if len(disabled) > 5:
+            shown += f" and {len(disabled) - 5} more"
+        return (
+            f"{len(disabled)} of {len(self.registry)} tools are disabled because {self.source} "
+            f"grants them no rule: {shown}. Add them under `tools:` (names or patterns like "
+            "'git_*') or grant a whole effect under `defaults:`; `switchboard tools` lists all."
+        )
+
+    def authorize_caller(self, tool_name: str, roles: Iterable[str]) -> Denial | None:
+        """None if these roles may call the tool at all (arguments aside), else a Denial."""
         try:
-            rule = self.rule(tool_name)
+            rule, source = self._lookup(tool_name)
         except KeyError:
             return Denial(f"You may not call {tool_name}: there is no such tool.")
+        if source is None:
+            return Denial(
+                f"You may not call {tool_name}: the policy file grants no rule for "
+                f"{tool_name}; ask an admin to add it under `tools:`."
+            )
         if _with_everyone(roles).isdisjoint(rule.allow):
             if not rule.allow:
                 return Denial(f"You may not call {tool_name}: it is disabled by policy.")
             return Denial(f"You may not call {tool_name}: it is limited to {_or(rule.allow)}.")
+        return None
+
+    def authorize(
+        self, tool_name: str, roles: Iterable[str], args: Mapping[str, Any]
+    ) -> Denial | None:
+        """None if the call is allowed, else a Denial the model can read."""
+        denial = self.authorize_caller(tool_name, roles)
+        if denial is not None:
+            return denial
+        rule = self.rule(tool_name)
         for name, allowed in rule.constraints.items():
             if not _is_allowed(args.get(name), allowed, name in args):
                 return Denial(f"{name} must be one of {_values(allowed)}")
@@ -187,9 +279,12 @@ class Policy:
     def approvers_text(self, tool_name: str) -> str:
         """Who may approve, for people: "the requester or @admins"."""
         try:
-            approvers = self.rule(tool_name).approvers
+            rule, source = self._lookup(tool_name)
         except KeyError:
             return "nobody"
+        if source is None:
+            return "nobody (the policy grants it no rule)"
+        approvers = rule.approvers
         if not approvers:
             return "nobody (it needs no approval)"
         names = [_approver_name(approver) for approver in approvers]
@@ -205,6 +300,10 @@ class Policy:
             "approvals_channel": self.approvals_channel,
             "defaults": {effect: rule.to_json() for effect, rule in sorted(self.defaults.items())},
             "tools": {name: rule.to_json() for name, rule in sorted(self.tools.items())},
+            "patterns": [  # in file order: the first match applies
+                {"pattern": pattern, **{e: rule.to_json() for e, rule in sorted(rules.items())}}
+                for pattern, rules in self.patterns
+            ],
         }
 
     def __repr__(self) -> str:

@@ -3,11 +3,17 @@
 The file is composed (not just loaded) so every error can name the line it
 comes from: "policy.yaml line 12: unknown tool 'x' ...". Reading goes on after
 an error so one run reports every problem in the file.
+
+A file grants only what it names: a tool under `tools:` (by its name, or by a
+shell-style pattern like "git_*" for tools that come in bulk), or every tool of
+an effect through `defaults: {read: ..., write: ...}`. Fields a rule leaves out
+come from `defaults:`, then from the built-in defaults.
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import re
 from collections.abc import Iterable
 from contextlib import suppress
@@ -27,6 +33,11 @@ TOP_LEVEL_KEYS = ("roles", "admins", "approvals_channel", "tools", "defaults")
 WRITE_ONLY_KEYS = ("approvers", "self_approval", "high_risk")
 TOOL_KEYS = {"read": ("allow", "constraints"), "write": ("allow", *WRITE_ONLY_KEYS, "constraints")}
 DEFAULT_KEYS = {"read": ("allow",), "write": ("allow", *WRITE_ONLY_KEYS)}
+PATTERN_KEYS = ("allow", *WRITE_ONLY_KEYS)  # the write-only keys apply to the writes it matches
+EFFECTS = ("read", "write")
+
+_GLOB_CHARS = frozenset("*?[")
+_PATTERN = re.compile(r"^[A-Za-z0-9_\-*?\[\]!]{1,128}$")
 
 _ROLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
@@ -60,13 +71,39 @@ def default_rules() -> dict[str, RuleFields]:
     return {"read": read, "write": write}
 
 
+def is_pattern(key: str) -> bool:
+    """Is this `tools:` key a shell-style pattern ("git_*") rather than a tool name?"""
+    return not _GLOB_CHARS.isdisjoint(key)
+
+
+def pattern_matches(pattern: str, name: str) -> bool:
+    """Does a tool name match a `tools:` pattern? Case-sensitive, like tool names."""
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+@dataclass(frozen=True)
+class PatternRule:
+    """A `tools:` entry whose key is a pattern: one merged rule per effect."""
+
+    pattern: str
+    line: int
+    rules: dict[str, RuleFields]
+
+
 @dataclass
 class PolicyContent:
     roles: dict[str, frozenset[str]] = field(default_factory=dict)
     admins: tuple[str, ...] = ()
     approvals_channel: str | None = None
+    # The base every rule is merged over: the built-in defaults, then the file's `defaults:`.
     defaults: dict[str, RuleFields] = field(default_factory=default_rules)
+    # Effects whose default rule applies to tools the file does not name. A file grants
+    # only the effects it lists under `defaults:`; no file (Policy.default) grants both.
+    default_grants: frozenset[str] = frozenset()
     tools: dict[str, RuleFields] = field(default_factory=dict)
+    patterns: list[PatternRule] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)  # "tools.x", "defaults.write" -> line
+    warnings: list[str] = field(default_factory=list)  # worth fixing, not worth refusing to start
 
 
 def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent:
@@ -84,6 +121,8 @@ def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent
     if reader.errors:
         ordered = sorted(reader.errors, key=lambda error: error[0])
         raise PolicyError("\n".join(message for _, message in ordered))
+    reader.check_patterns(content)
+    content.warnings = [message for _, message in sorted(reader.warnings)]
     return content
 
 
@@ -96,6 +135,8 @@ class _Reader:
         self.source = source
         self.registry = registry
         self.errors: list[tuple[int, str]] = []
+        self.warnings: list[tuple[int, str]] = []
+        self.lines: dict[str, int] = {}
         self.known_roles: set[str] = {EVERYONE}
         self._constructor = yaml.SafeLoader("")
 
@@ -120,10 +161,11 @@ class _Reader:
                 content.approvals_channel = self.channel(sections["approvals_channel"][1])
         if "defaults" in sections:
             with suppress(_Invalid):
-                self.defaults(sections["defaults"][1], content.defaults)
+                content.default_grants = self.defaults(sections["defaults"][1], content.defaults)
         if "tools" in sections:
             with suppress(_Invalid):
-                content.tools = self.tools(sections["tools"][1], content.defaults)
+                content.tools, content.patterns = self.tools(sections["tools"][1], content.defaults)
+        content.lines = self.lines
         return content
 
     def roles(self, node: Node) -> dict[str, frozenset[str]]:
@@ -164,17 +206,29 @@ class _Reader:
             )
         return value
 
-    def defaults(self, node: Node, defaults: dict[str, RuleFields]) -> None:
-        for effect, (key, value) in self.mapping(node, "defaults", ("read", "write")).items():
+    def defaults(self, node: Node, defaults: dict[str, RuleFields]) -> frozenset[str]:
+        """Merge `defaults:` into `defaults`; return the effects it grants (those it lists)."""
+        entries = self.mapping(node, "defaults", EFFECTS)
+        for effect, (key, value) in entries.items():
+            self.lines[f"defaults.{effect}"] = key.start_mark.line + 1
             with suppress(_Invalid):
                 overrides = self.rule(value, f"defaults.{effect}", DEFAULT_KEYS[effect], None)
                 defaults[effect] = self.merged(
                     defaults[effect], overrides, key, f"defaults.{effect}"
                 )
+        return frozenset(entries)
 
-    def tools(self, node: Node, defaults: dict[str, RuleFields]) -> dict[str, RuleFields]:
+    def tools(
+        self, node: Node, defaults: dict[str, RuleFields]
+    ) -> tuple[dict[str, RuleFields], list[PatternRule]]:
         rules: dict[str, RuleFields] = {}
+        patterns: list[PatternRule] = []
         for name, (key, value) in self.mapping(node, "tools").items():
+            self.lines[f"tools.{name}"] = key.start_mark.line + 1
+            if is_pattern(name):
+                with suppress(_Invalid):
+                    patterns.append(self.pattern(name, key, value, defaults))
+                continue
             tool = self.registry.get(name)
             if tool is None:
                 hint = _suggest(name, self.registry.names())
@@ -184,7 +238,50 @@ class _Reader:
                 where = f"tools.{name}"
                 overrides = self.rule(value, where, TOOL_KEYS[tool.effect], tool.parameters)
                 rules[name] = self.merged(defaults[tool.effect], overrides, key, where)
-        return rules
+        return rules, patterns
+
+    def pattern(
+        self, pattern: str, key: Node, value: Node, defaults: dict[str, RuleFields]
+    ) -> PatternRule:
+        where = f"tools.{pattern}"
+        if not _PATTERN.match(pattern):
+            raise self.invalid(
+                key,
+                f"{where}: {pattern!r} is neither a tool name nor a pattern: tool names use "
+                "letters, digits, _ and -; patterns add *, ? and [...], e.g. 'git_*'",
+            )
+        overrides = self.rule(value, where, PATTERN_KEYS, None)
+        reads = {k: v for k, v in overrides.items() if k in TOOL_KEYS["read"]}
+        rules = {
+            "read": self.merged(defaults["read"], reads, key, where),
+            "write": self.merged(defaults["write"], overrides, key, where),
+        }
+        return PatternRule(pattern, key.start_mark.line + 1, rules)
+
+    def check_patterns(self, content: PolicyContent) -> None:
+        """Warn about patterns that grant nothing: they match no tool, or lose tools to
+        an earlier pattern (the first matching pattern applies; an exact name beats both)."""
+        applies_to: dict[str, str] = {}
+        for entry in content.patterns:
+            where = f"tools.{entry.pattern}"
+            matched = [n for n in self.registry.names() if pattern_matches(entry.pattern, n)]
+            if not matched:
+                self.warn(
+                    entry.line,
+                    f"{where}: the pattern matches no registered tool, so it grants nothing; "
+                    "check it, or load the tools it is meant for",
+                )
+            taken = [n for n in matched if n not in content.tools and n in applies_to]
+            if taken:
+                earlier = ", ".join(repr(p) for p in dict.fromkeys(applies_to[n] for n in taken))
+                verb = "matches" if len(taken) == 1 else "match"
+                self.warn(
+                    entry.line,
+                    f"{where}: {_names(taken)} also {verb} {earlier} above, which applies "
+                    "instead (the first matching pattern applies)",
+                )
+            for name in matched:
+                applies_to.setdefault(name, entry.pattern)
 
     # -- one rule -------------------------------------------------------------
 
@@ -331,6 +428,11 @@ class _Reader:
     def unknown_key(self, where: str, key: str, keys: tuple[str, ...]) -> str:
         if key in WRITE_ONLY_KEYS:
             return f"{where}: {key!r} only applies to write tools; remove it"
+        if key == "constraints":
+            return (
+                f"{where}: constraints need one tool's arguments; "
+                "give them under the tool's own name in tools:"
+            )
         return f"{where}: unknown key {key!r}{_suggest(key, keys)} (allowed: {', '.join(keys)})"
 
     # -- errors ---------------------------------------------------------------
@@ -343,6 +445,9 @@ class _Reader:
         self.error(node, message)
         return _Invalid(message)
 
+    def warn(self, line: int, message: str) -> None:
+        self.warnings.append((line, f"{self.source} line {line}: {message}"))
+
 
 def _is_null(node: Node) -> bool:
     return isinstance(node, yaml.ScalarNode) and node.tag == _NULL
@@ -350,6 +455,11 @@ def _is_null(node: Node) -> bool:
 
 def _is_empty(node: Node) -> bool:
     return _is_null(node) or (isinstance(node, yaml.SequenceNode) and not node.value)
+
+
+def _names(names: list[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str:

@@ -228,7 +228,8 @@ def check_call(rt: Runtime, run: Run, call: Call) -> Finish | None:
         if tool is None:
             text = f"Error: there is no tool named {call.name[:64]!r}."
         else:
-            text = f"Error: you may not call {call.name}."
+            denial = rt.policy.authorize_caller(call.name, roles)
+            text = f"Error: {denial.reason}" if denial else f"Error: you may not call {call.name}."
         allowed = ", ".join(rt.policy.allowed_tools(roles)) or "none"
         observe_denial(rt, run, call, f"{text} Tools you may call: {allowed}.")
         return None

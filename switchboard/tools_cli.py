@@ -1,0 +1,181 @@
+"""`switchboard tools [check] [--json]`: every registered tool and what the policy grants it.
+
+`tools` lists each tool with its effect, where its rule comes from, who may call it and who
+approves it; a tool the policy file does not grant is shown as disabled. `tools check`
+validates the policy file against the registered tools: it exits 1 when the file has errors
+(the same ones that stop start-up) and prints warnings (a pattern that matches no tool)
+without failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from switchboard import logs
+from switchboard.settings import Config
+from switchboard.wiring import load_policy, load_tools
+from tools import Policy, PolicyError, ToolModuleError, registry
+
+# -- what the operator reads ------------------------------------------------------
+
+HELP = "registered tools and who may call them; `check` validates the policy file"
+CHECK_HELP = "`check` validates the policy file against the registered tools"
+NO_FILE = "none (SWITCHBOARD_POLICY is unset): the built-in defaults apply"
+BUILT_IN = "built-in default"
+DISABLED = "disabled: no rule in {source}"
+NOBODY = "nobody"
+NO_APPROVAL = "-"
+HIGH_RISK = "high risk"
+LIMITS = "limits {names}"
+HEADER = ("TOOL", "EFFECT", "SOURCE", "MAY CALL", "APPROVERS", "NOTES")
+NO_TOOLS = "no tools are registered (check SWITCHBOARD_TOOLS)"
+CHECK_OK_DEFAULT = (
+    "ok: no policy file (SWITCHBOARD_POLICY is unset); the built-in defaults apply: "
+    "reads for everyone, writes approved by the requester"
+)
+CHECK_OK = "ok: {source} grants {granted} of {total} registered tools"
+CHECK_FAIL = "FAIL {problem}"
+CHECK_WARNING = "warning: {warning}"
+CHECK_NOTE = "note: {summary}"
+
+
+def add_command(verbs: Any) -> None:
+    p = verbs.add_parser("tools", help=HELP, description=__doc__)
+    p.set_defaults(handler=cmd_tools)
+    p.add_argument("action", nargs="?", choices=["check"], help=CHECK_HELP)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def cmd_tools(config: Config, args: argparse.Namespace) -> int:
+    logs.configure(config.log_format, logging.ERROR)  # the output says what the log lines would
+    if args.action == "check":
+        return cmd_check(config, args)
+    return cmd_list(config, args)
+
+
+def cmd_list(config: Config, args: argparse.Namespace) -> int:
+    try:
+        load_tools(config)
+    except ToolModuleError as exc:  # as at start-up; `tools check` reports it as a failure
+        print(f"switchboard: {exc}", file=sys.stderr)
+        return 2
+    policy = load_policy(config)  # a PolicyError is printed by main(), naming the lines
+    rows = [tool_entry(policy, name) for name in registry.names()]
+    if args.json:
+        print(json.dumps(listing_json(policy, rows), indent=2))
+        return 0
+    print("policy: " + (NO_FILE if policy.is_default else f"{policy.source} ({policy.version})"))
+    if not rows:
+        print(NO_TOOLS)
+        return 0
+    print(table([HEADER, *(text_row(policy, row) for row in rows)]))
+    for warning in policy.warnings:
+        print(CHECK_WARNING.format(warning=warning))
+    summary = policy.disabled_summary()
+    if summary:
+        print(summary)
+    return 0
+
+
+def cmd_check(config: Config, args: argparse.Namespace) -> int:
+    """Reports every problem instead of stopping at the first, like `demos check`."""
+    try:
+        load_tools(config)
+        policy = load_policy(config)
+    except (PolicyError, ToolModuleError) as exc:
+        errors = str(exc).splitlines()
+        if args.json:
+            print(json.dumps(check_json(None, errors, config.policy or None), indent=2))
+        else:
+            for problem in errors:
+                print(CHECK_FAIL.format(problem=problem))
+        return 1
+    if args.json:
+        print(json.dumps(check_json(policy, [], config.policy or None), indent=2))
+        return 0
+    for warning in policy.warnings:
+        print(CHECK_WARNING.format(warning=warning))
+    summary = policy.disabled_summary()
+    if summary:
+        print(CHECK_NOTE.format(summary=summary))
+    if policy.is_default:
+        print(CHECK_OK_DEFAULT)
+    else:
+        total = len(registry)
+        granted = total - len(policy.disabled_tools())
+        print(CHECK_OK.format(source=policy.source, granted=granted, total=total))
+    return 0
+
+
+# -- one tool ---------------------------------------------------------------------
+
+
+def tool_entry(policy: Policy, name: str) -> dict[str, Any]:
+    """Everything the listing shows about one registered tool, as JSON values."""
+    tool = registry.get(name)
+    assert tool is not None
+    rule, source = policy.rule(name), policy.rule_source(name)
+    return {
+        "name": name,
+        "effect": tool.effect,
+        "source": (BUILT_IN if policy.is_default else source) if source else None,
+        "line": policy.lines.get(source) if source else None,
+        "disabled": source is None,
+        **rule.to_json(),  # NO_RULE when disabled: nobody may call it
+    }
+
+
+def text_row(policy: Policy, entry: dict[str, Any]) -> tuple[str, ...]:
+    name, effect = entry["name"], entry["effect"]
+    if entry["disabled"]:
+        disabled = DISABLED.format(source=Path(policy.source).name)  # the path is on top
+        return (name, effect, disabled, NOBODY, NO_APPROVAL, "")
+    source = entry["source"] + (f" (line {entry['line']})" if entry["line"] else "")
+    approvers = policy.approvers_text(name) if effect == "write" else NO_APPROVAL
+    notes = []
+    if entry["high_risk"] and effect == "write":
+        notes.append(HIGH_RISK)
+    if entry["constraints"]:
+        notes.append(LIMITS.format(names=", ".join(entry["constraints"])))
+    allow = ", ".join(entry["allow"]) or NOBODY
+    return (name, effect, source, allow, approvers, "; ".join(notes))
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# -- machine-readable ---------------------------------------------------------------
+
+
+def policy_json(policy: Policy) -> dict[str, Any]:
+    return {"file": None if policy.is_default else policy.source, "version": policy.version}
+
+
+def listing_json(policy: Policy, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "policy": policy_json(policy),
+        "tools": rows,
+        "disabled": policy.disabled_tools(),
+        "warnings": list(policy.warnings),
+    }
+
+
+def check_json(policy: Policy | None, errors: list[str], file: str | None) -> dict[str, Any]:
+    return {
+        "ok": not errors,
+        "policy": policy_json(policy) if policy else {"file": file, "version": None},
+        "errors": errors,
+        "warnings": list(policy.warnings) if policy else [],
+        "disabled": policy.disabled_tools() if policy else [],
+    }
