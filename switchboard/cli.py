@@ -14,9 +14,7 @@ from switchboard import logs
 from switchboard.redisconn import url_of
 from switchboard.settings import Config
 from switchboard.wiring import open_runtime
-from tools import PolicyError
-from worker.demos import DemoError
-from worker.evaluation import CaseError
+from tools import OperatorError
 from worker.run import RunStatus
 from worker.runtime import Runtime
 
@@ -41,7 +39,7 @@ examples:
 """
 
 
-class CliError(Exception):
+class CliError(OperatorError):
     """A problem the operator can fix; printed without a traceback."""
 
 
@@ -60,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.handler(config, args)
         return result
-    except (CliError, PolicyError, DemoError, CaseError) as exc:
+    except OperatorError as exc:
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
     except redis.ConnectionError as exc:

@@ -9,6 +9,7 @@ from tools.declare import make_tool, register_tool, tool, tool_of
 from tools.decode import ArgumentError, canonical_json, decode_arguments
 from tools.exceptions import (
     DuplicateToolError,
+    OperatorError,
     PolicyError,
     ToolDefinitionError,
     ToolModuleError,
@@ -22,6 +23,7 @@ __all__ = [
     "Denial",
     "DuplicateToolError",
     "Observation",
+    "OperatorError",
     "Policy",
     "PolicyError",
     "Tool",

@@ -1,9 +1,18 @@
 """Errors raised by the tool library.
 
 Three families, as in pydantic-ai: errors the *model* reads (`ArgumentError`),
-errors an *operator or developer* must fix at start-up (`ToolDefinitionError`,
-`DuplicateToolError`, `ToolModuleError`, `PolicyError`), and everything a tool
-raises while running, which `execute` turns into an error observation.
+errors an *operator or developer* must fix at start-up (`OperatorError` and its
+subclasses `ToolDefinitionError`, `DuplicateToolError`, `ToolModuleError`,
+`PolicyError`; other packages add theirs), and everything a tool raises while
+running, which `execute` turns into an error observation.
+
+    Exception
+    ├── ArgumentError (ValueError)          the model reads it
+    └── OperatorError                       the command line prints it, one line, exit 2
+        ├── ToolDefinitionError
+        │   └── DuplicateToolError
+        ├── ToolModuleError
+        └── PolicyError
 """
 
 from __future__ import annotations
@@ -33,7 +42,12 @@ class ArgumentError(ValueError):
         return str(self.args[0])
 
 
-class ToolDefinitionError(ValueError):
+class OperatorError(Exception):
+    """A configuration problem the operator can fix. The message says what is wrong, where,
+    and how to fix it; the command line prints it without a traceback."""
+
+
+class ToolDefinitionError(OperatorError, ValueError):
     """A tool declaration is invalid (bad name, schema, signature, effect...)."""
 
 
@@ -41,9 +55,9 @@ class DuplicateToolError(ToolDefinitionError):
     """A tool with this name is already registered."""
 
 
-class ToolModuleError(ImportError):
+class ToolModuleError(OperatorError, ImportError):
     """A module named in SWITCHBOARD_TOOLS could not be imported."""
 
 
-class PolicyError(ValueError):
+class PolicyError(OperatorError, ValueError):
     """The permission policy file is invalid; the message says where and what to fix."""

@@ -23,7 +23,7 @@ import redis
 import structlog
 import yaml
 
-from tools import ArgumentError, ToolRegistry, canonical_json, decode_arguments
+from tools import ArgumentError, OperatorError, ToolRegistry, canonical_json, decode_arguments
 from worker.bm25 import BM25, tokenize
 from worker.run import Run, RunStatus
 
@@ -34,7 +34,7 @@ MAX_DEMOS = 2000
 Status = Literal["accepted", "candidate"]
 
 
-class DemoError(ValueError):
+class DemoError(OperatorError, ValueError):
     """The library does not match the tools; the message names each demonstration."""
 
 

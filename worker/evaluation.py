@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from approvals import ApprovalStatus
+from tools import OperatorError
 from worker import jobs, service
 from worker.run import Requester, Run, RunStatus
 from worker.runtime import Runtime
@@ -27,7 +28,7 @@ CATEGORIES = ("direct", "branch", "missing", "adversarial")
 MAX_ROUNDS = 12  # decisions per case before the harness gives up on it
 
 
-class CaseError(ValueError):
+class CaseError(OperatorError, ValueError):
     """The cases file is malformed; the message names the case."""
 
 
