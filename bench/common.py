@@ -78,10 +78,13 @@ _SCRIPTS = {"fee": (FEE_QUESTION[:30], FEE_TURNS), "ticket": (TICKET_QUESTION[:2
 
 
 class FakeModelProcess:
-    """`python bench/common.py fake-model`: serves the fee and ticket scripts until stdin closes."""
+    """`python bench/common.py fake-model`: serves the fee and ticket scripts until stdin closes.
 
-    def __init__(self, *, validate: bool = True) -> None:
-        args = ["fake-model"] + ([] if validate else ["--no-validate"])
+    delay: seconds every scripted turn waits before answering (a model's latency).
+    `chat_counts()` says what it answered since the last call (and forgets it)."""
+
+    def __init__(self, *, validate: bool = True, delay: float = 0.0) -> None:
+        args = ["fake-model", "--delay", str(delay)] + ([] if validate else ["--no-validate"])
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), *args],
             stdin=subprocess.PIPE,
@@ -97,6 +100,16 @@ class FakeModelProcess:
     def pid(self) -> int:
         return self.proc.pid
 
+    def chat_counts(self) -> dict[str, Any]:
+        """Chat requests answered since the last call: {"requests": n, "by_turn": {turn
+        index: n}, "script_errors": n}. Forgets them (the fake keeps every request body)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"counts\n")
+        self.proc.stdin.flush()
+        counts: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        counts["by_turn"] = {int(k): v for k, v in counts["by_turn"].items()}
+        return counts
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             assert self.proc.stdin is not None
@@ -108,10 +121,28 @@ class FakeModelProcess:
                 self.proc.wait(5)
 
 
-def _serve_fake_model(validate: bool) -> None:
-    fake = fake_model(dict(_SCRIPTS.values()), validate=validate)
+def _serve_fake_model(validate: bool, delay: float) -> None:
+    from collections import Counter
+    from dataclasses import replace
+
+    from tests.fakes.openai_server import turn_index
+
+    routes = {key: [replace(t, delay=delay) for t in turns] for key, turns in _SCRIPTS.values()}
+    fake = fake_model(routes, validate=validate)
     print(fake.url, flush=True)
-    sys.stdin.read()  # until the parent closes our stdin (or dies)
+    errors_before = 0
+    for line in sys.stdin:  # until the parent closes our stdin (or dies)
+        if line.strip() == "counts":
+            bodies = fake.chat_requests
+            fake.clear_records()
+            errors = len(fake.script_errors)
+            counts = {
+                "requests": len(bodies),
+                "by_turn": Counter(turn_index(body) for body in bodies),
+                "script_errors": errors - errors_before,
+            }
+            errors_before = errors
+            print(json.dumps(counts), flush=True)
     fake.stop()
 
 
@@ -161,12 +192,32 @@ def quiet_switchboard_logs() -> None:
 
 
 def switchboard_workers(
-    n: int, redis_url: str, model_url: str, tmp: Path, **extra: str
+    n: int, redis_url: str, model_url: str, tmp: Path, *args: str, **extra: str
 ) -> list[WorkerProcess]:
-    """`python -m switchboard worker` x n, env as tests/processes.worker_env with the
+    """`python -m switchboard worker *args` x n, env as tests/processes.worker_env with the
     production lease and sweep timers (and `extra`)."""
     env = worker_env(redis_url, model_url, tmp, **{**PRODUCTION_TIMERS, **extra})
-    return [WorkerProcess(env, tmp / f"worker-{i}.log") for i in range(n)]
+    return [WorkerProcess(env, tmp / f"worker-{i}.log", *args) for i in range(n)]
+
+
+def worker_has_option(option: str) -> bool:
+    """Whether `python -m switchboard worker` accepts `option` (per its --help)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "switchboard", "worker", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return option in out.split()
+
+
+def count_log_events(path: Path, event: str, offset: int = 0) -> int:
+    """Lines naming `event` in a worker's JSON log, from byte `offset` on."""
+    needle = f'"{event}"'.encode()
+    with open(path, "rb") as log:
+        log.seek(offset)
+        return sum(1 for line in log if needle in line)
 
 
 RQ_WORKER_CODE = """
@@ -225,13 +276,32 @@ def wait_for_workers(conn: redis.Redis, queue_name: str, count: int, timeout: fl
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def rss_kib(pid: int | None = None) -> int:
-    """Resident set size (VmRSS) of `pid` (default: this process), in KiB, from /proc."""
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def rss_kib(pid: int | None = None, field: str = "VmRSS") -> int:
+    """Resident set size (VmRSS) of `pid` (default: this process), in KiB, from /proc;
+    field="VmHWM" for its peak since start (or since `reset_peak_rss`)."""
     with open(f"/proc/{pid or 'self'}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
-    raise RuntimeError("no VmRSS line")
+    raise RuntimeError(f"no {field} line")
+
+
+def peak_rss_kib(pid: int) -> int:
+    return rss_kib(pid, "VmHWM")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM of `pid` to its current RSS (`5` to /proc/PID/clear_refs, Linux >= 4.0,
+    our own child). False when the kernel refuses: VmHWM is then the peak since start."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def used_memory(conn: redis.Redis) -> int:
@@ -291,4 +361,10 @@ def silence_stdout() -> contextlib.AbstractContextManager[io.StringIO]:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["fake-model"]:
-    _serve_fake_model(validate="--no-validate" not in sys.argv)
+    import argparse
+
+    _parser = argparse.ArgumentParser(prog="common.py fake-model")
+    _parser.add_argument("--delay", type=float, default=0.0, help="seconds per model answer")
+    _parser.add_argument("--no-validate", action="store_true", help="skip the request checks")
+    _args = _parser.parse_args(sys.argv[2:])
+    _serve_fake_model(validate=not _args.no_validate, delay=_args.delay)

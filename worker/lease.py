@@ -111,8 +111,11 @@ class LeaseKeeper:
             log.warning("lease_renew_failed", runs=len(held), exc_info=True)
             return
         for (run_id, token), ok in zip(held, renewed, strict=True):
-            if not ok:  # another worker took it over: our next fenced save fails
+            if ok:
+                continue
+            with self._lock:  # released since the snapshot (nothing to say), or really lost
+                lost = self._held.get(run_id) == token
+                if lost:
+                    del self._held[run_id]
+            if lost:  # another worker took it over: our next fenced save fails
                 log.warning("lease_lost", run_id=run_id)
-                with self._lock:
-                    if self._held.get(run_id) == token:
-                        del self._held[run_id]

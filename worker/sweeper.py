@@ -4,6 +4,7 @@ re-queued once their lease lapses, overdue approvals expire, old index entries g
 from __future__ import annotations
 
 import threading
+import time
 
 import redis
 import structlog
@@ -16,12 +17,34 @@ from worker.runtime import Runtime
 log = structlog.get_logger(__name__)
 
 
+# KEYS: due set, lease, queued mark, the RQ queue's list.  ARGV: run id, cutoff (ms).
+# 1 when the run needs a new job: still overdue, no live worker holds it, and the job its mark
+# names is not waiting in the queue (however long the backlog). One script, so a worker that
+# finishes the run meanwhile (its release drops the lease and the due entry at once) is seen.
+_LOST = """
+local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local job = redis.call('GET', KEYS[3])
+if job and redis.call('LPOS', KEYS[4], job) then return 0 end
+return 1
+"""
+
+
 def sweep(rt: Runtime) -> int:
     """One pass. Returns how many runs it re-queued."""
     grace = rt.settings.lease_seconds
+    lost = rt.redis.register_script(_LOST)
     requeued = 0
     for run_id in rt.store.overdue(older_than=grace):
-        if held_or_queued(rt, run_id):
+        cutoff_ms = (time.time() - grace) * 1000
+        keys = [
+            rt.store.due_key,
+            rt.store.lease_key(run_id),
+            rt.store.queued_key(run_id),
+            rt.queue.key,
+        ]
+        if not lost(keys=keys, args=[run_id, cutoff_ms]):
             continue
         # one sweeper re-queues a given run per grace period, however many workers sweep
         marker = f"{rt.settings.namespace}sweep:{run_id}"
@@ -34,18 +57,6 @@ def sweep(rt: Runtime) -> int:
         expire(rt, approval_id)  # a backstop for the scheduled expiry job
     rt.store.trim_indexes()
     return requeued
-
-
-def held_or_queued(rt: Runtime, run_id: str) -> bool:
-    """A live worker holds the run, or its advance job is still waiting in the queue, however
-    long the backlog. A job a worker took and then died with is neither: recover it."""
-    pipe = rt.redis.pipeline(transaction=False)
-    pipe.exists(rt.store.lease_key(run_id))
-    pipe.get(rt.store.queued_key(run_id))
-    leased, job_id = pipe.execute()
-    if leased:
-        return True
-    return job_id is not None and rt.redis.lpos(rt.queue.key, job_id) is not None
 
 
 class Sweeper(threading.Thread):

@@ -25,6 +25,9 @@ class LocalServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # listen() backlog (socketserver's default is 5): a burst of 1,000 clients connecting at
+    # once must not overflow it, or the kernel drops SYNs and clients retry a second later.
+    request_queue_size = 1024
 
     def __init__(self, owner: FakeServer[Any], handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(("127.0.0.1", 0), handler)
