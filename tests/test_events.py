@@ -10,8 +10,9 @@ from worker.events import EventLog
 
 def test_events_resume_after_the_last_id_seen(redis_conn):
     log = EventLog(redis_conn)
-    ids = [log.append("r1", "step", n=n) for n in range(5)]
-    assert ids == ["1", "2", "3", "4", "5"]
+    for n in range(5):
+        log.append("r1", "step", n=n)
+    assert [e.id for e in log.read("r1")] == ["1", "2", "3", "4", "5"]
     assert [e.data["n"] for e in log.read("r1")] == [0, 1, 2, 3, 4]
     assert [e.data["n"] for e in log.read("r1", after="3")] == [3, 4]
     assert [e.id for e in log.read("r1", after="1", count=2)] == ["2", "3"]
@@ -34,3 +35,31 @@ def test_a_runaway_log_is_capped(redis_conn, monkeypatch):
     for n in range(5):
         log.append("r3", "step", n=n)
     assert [e.data["n"] for e in log.read("r3")] == [0, 1, 2]
+
+
+def test_a_held_runs_events_are_written_with_its_save_and_never_lost_on_release(redis_conn):
+    from worker.run import Requester, Run
+    from worker.store import RunStore
+
+    store, log = RunStore(redis_conn), EventLog(redis_conn)
+    run = Run(id="r4", question="q", requester=Requester(user_id="U1"))
+    store.create(run)
+    log.hold(run.id)
+    log.append(run.id, "model_call", step=1)
+    log.append(run.id, "tool_result", step=1)
+    assert log.read(run.id) == []  # kept until the step is saved
+    store.save(run, events=log.take(run.id))
+    assert [e.kind for e in log.read(run.id)] == ["model_call", "tool_result"]
+    log.append(run.id, "write_started")
+    log.flush(run.id)  # on record at once
+    log.append(run.id, "handed_back")
+    log.release(run.id)  # what no save took is written when the run is let go
+    log.append(run.id, "approval_decided")  # not held any more: written at once
+    kinds = [e.kind for e in log.read(run.id)]
+    assert kinds == [
+        "model_call",
+        "tool_result",
+        "write_started",
+        "handed_back",
+        "approval_decided",
+    ]

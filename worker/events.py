@@ -3,6 +3,11 @@
 A list, not a stream: Redis preallocates 4 KB for every stream, which would be half of what a
 suspended run may cost; a short list of JSON entries costs what it holds. An event's id is its
 position (1, 2, …), so readers resume after the last id they saw.
+
+While a worker holds a run, its events are kept and written with the step's save, in the same
+script (`RunStore.save`): one round trip per step instead of one per event, and the log never
+shows a step the run document does not. `flush` writes them at once where the record must come
+first (an approved write about to start).
 """
 
 from __future__ import annotations
@@ -33,17 +38,49 @@ class EventLog:
     def __init__(self, connection: redis.Redis, namespace: str = "sb:") -> None:
         self.redis = connection
         self.ns = namespace
+        # run id -> events not written yet, while this process holds the run. One thread works
+        # a run at a time, and each touches only its own run's list.
+        self._held: dict[str, list[str]] = {}
 
     def key(self, run_id: str) -> str:
         return f"{self.ns}run:{run_id}:events"
 
-    def append(self, run_id: str, kind: str, **data: Any) -> str:
+    def append(self, run_id: str, kind: str, **data: Any) -> None:
         body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
-        length = int(self.redis.rpush(self.key(run_id), body))
+        held = self._held.get(run_id)
+        if held is not None:
+            held.append(body)
+        else:
+            self._push(run_id, [body])
+
+    def hold(self, run_id: str) -> None:
+        """Keep this run's events until `take` or `flush` (the caller holds its lease)."""
+        self._held[run_id] = []
+
+    def take(self, run_id: str) -> list[str]:
+        """The run's kept events, for the caller to write (with a save)."""
+        held = self._held.get(run_id)
+        if not held:
+            return []
+        self._held[run_id] = []
+        return held
+
+    def flush(self, run_id: str) -> None:
+        """Write the run's kept events now."""
+        events = self.take(run_id)
+        if events:
+            self._push(run_id, events)
+
+    def release(self, run_id: str) -> None:
+        """Write what is left and stop keeping."""
+        self.flush(run_id)
+        self._held.pop(run_id, None)
+
+    def _push(self, run_id: str, bodies: list[str]) -> None:
+        length = int(self.redis.rpush(self.key(run_id), *bodies))
         if length > MAX_EVENTS_PER_RUN:
             self.redis.ltrim(self.key(run_id), 0, MAX_EVENTS_PER_RUN - 1)
-            log.warning("event_log_full", run_id=run_id, kind=kind)
-        return str(length)
+            log.warning("event_log_full", run_id=run_id)
 
     def read(self, run_id: str, after: str = "0", count: int | None = None) -> list[Event]:
         """Events after id `after` ("0" or "-": from the first), oldest first."""

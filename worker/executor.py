@@ -86,6 +86,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
         tool=call.name,
         pid=os.getpid(),
     )
+    rt.events.flush(run.id)  # on record before the write starts, whatever happens next
     rt.surface(run).progress(run, f"Running {call.name} (approved)")
     observation = execute(tool, ctx, call.args)
     rt.ledger.finish(request.id, observation.ok, observation.text)

@@ -42,11 +42,13 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
             return "busy"
         due_seen = rt.store.due_score(run_id)
         structlog.contextvars.bind_contextvars(run_id=run_id)
+        rt.events.hold(run_id)
         try:
             outcome = _advance_held(rt, run_id, lease.token)
             if outcome == HANDED_BACK:
                 rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
+            rt.events.release(run_id)
             again = lease.release(due_seen)
             structlog.contextvars.unbind_contextvars("run_id")
         if outcome == HANDED_BACK:

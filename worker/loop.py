@@ -66,7 +66,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
     clock = Clock(run.usage.active_seconds)
     if run.status != RunStatus.RUNNING:
         run.status = RunStatus.RUNNING
-        rt.store.save(run, lease_token)
+        rt.save(run, lease_token)
     while True:
         if rt.stopping.is_set():
             rt.events.append(run.id, "handed_back", pid=os.getpid(), step=run.usage.steps)
@@ -75,11 +75,11 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
         run.usage.active_seconds = round(clock.total(), 3)
         match step:
             case Continue():
-                rt.store.save(run, lease_token)
+                rt.save(run, lease_token)
             case Suspend():
                 run.status = RunStatus.AWAITING_APPROVAL
-                rt.store.save(run, lease_token)
                 rt.events.append(run.id, "suspended", approvals=run.pending_approvals)
+                rt.save(run, lease_token)
                 return True
             case Finish():
                 end(rt, run, step, lease_token)
@@ -342,7 +342,6 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
             rt.surface(run).approval_resolved(run, decision.request)
     if run.answer and run.notes:
         run.answer += "\n\n" + "\n".join(f"_Note: {note}_" for note in run.notes)
-    rt.store.save(run, lease_token)
     rt.events.append(
         run.id,
         f"run_{finish.status.value}",
@@ -354,5 +353,6 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         cost=run.usage.cost,
         seconds=run.usage.active_seconds,
     )
+    rt.save(run, lease_token)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
     rt.surface(run).finished(run)

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import redis
 
 from approvals import WAKE_LUA
+from worker.events import MAX_EVENTS_PER_RUN
 from worker.run import Run, RunSchemaError, RunStatus
 
 # KEYS: doc, lease, new status index, events, then the other status indexes.
-# ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep).
+# ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
+# events the log keeps, then events to append.
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite.
 _SAVE = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
+if #ARGV > 6 then
+  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 7)) > tonumber(ARGV[6]) then
+    redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+  end
+end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
@@ -111,7 +119,9 @@ class RunStore:
         except RunNotFound:
             return None
 
-    def save(self, run: Run, lease_token: str = "") -> None:
+    def save(self, run: Run, lease_token: str = "", events: Sequence[str] = ()) -> None:
+        """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
+        by EventLog) to its log, in one script."""
         run.updated_at = time.time()
         others = [self.status_key(s) for s in RunStatus if s != run.status]
         ttl = self.retention if run.status.terminal else 0
@@ -123,7 +133,15 @@ class RunStore:
                 self.events_key(run.id),
                 *others,
             ],
-            args=[lease_token, run.to_json(), run.id, run.updated_at, ttl],
+            args=[
+                lease_token,
+                run.to_json(),
+                run.id,
+                run.updated_at,
+                ttl,
+                MAX_EVENTS_PER_RUN,
+                *events,
+            ],
         )
         if not saved:
             raise LeaseLost(run.id)
