@@ -8,7 +8,14 @@ import json
 import pytest
 
 from tests.fakes.openai_server import Fault, Script, Turn
-from tests.runtime_helpers import ALICE, event_kinds, make_runtime, tool_messages, work
+from tests.runtime_helpers import (
+    ALICE,
+    approve_first,
+    event_kinds,
+    make_runtime,
+    tool_messages,
+    work,
+)
 from worker import service
 from worker.run import Budgets, EndReason, RunStatus
 
@@ -99,15 +106,42 @@ def test_bad_calls_become_bounded_observations(
     assert {"tool_invalid", "tool_denied"} & set(event_kinds(rt, run))
 
 
-def test_exact_repeat_ends_the_run_partial(redis_conn, model_server, tickets_db):
+def test_a_first_repeat_is_answered_with_the_earlier_result_and_a_second_ends_the_run(
+    redis_conn, model_server, tickets_db
+):
     call = ("knowledge_lookup", {"name": "SQL Basics"})
-    model_server.route("repeat", [Turn(tool_calls=[call]), Turn(tool_calls=[call]), "done"])
+    turns = [Turn(tool_calls=[call]), Turn(tool_calls=[call]), Turn(tool_calls=[call]), "done"]
+    model_server.route("repeat", turns)
     rt = make_runtime(redis_conn, model_server.url)
     run = service.submit(rt, "repeat yourself", ALICE)
     work(rt)
     run = rt.store.load(run.id)
     assert (run.status, run.reason) == (RunStatus.PARTIAL, EndReason.REPEATED_CALL)
-    assert "same arguments" in run.detail
+    assert "same arguments" in run.detail and run.usage.steps == 3
+    first, second = tool_messages(model_server.last_chat_request)
+    assert "SQL Basics" in first and not first.startswith("Error")
+    assert second.startswith("Error: you already called knowledge_lookup") and "step 1" in second
+    assert first[:100] in second  # the earlier result, quoted
+    assert event_kinds(rt, run).count("tool_result") == 1  # the read ran once
+
+
+def test_reading_again_after_an_approved_write_is_not_a_repeat(
+    redis_conn, model_server, tickets_db
+):
+    search = ("search_tickets", {"query": "printer"})
+    create = ("create_ticket", {"project": "IT", "title": "printer"})
+    turns = [Turn(tool_calls=[search]), Turn(tool_calls=[create]), Turn(tool_calls=[search]), "ok"]
+    model_server.route("read write read", turns)
+    rt = make_runtime(redis_conn, model_server.url)
+    run = service.submit(rt, "read write read", ALICE)
+    work(rt)
+    approve_first(rt, run.id)
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.COMPLETED, run.detail
+    results = tool_messages(model_server.last_chat_request)
+    assert len(results) == 3 and not results[2].startswith("Error")
+    assert "printer" in results[2]  # the new ticket is found on the second read
 
 
 def test_a_tool_the_user_may_not_call_is_hidden_and_denied(

@@ -210,8 +210,8 @@ def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
             f"(limit {run.budgets.max_tool_calls})",
         )
     run.turn = [Call(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls]
-    for call in run.turn:
-        repeated = check_call(rt, run, call)
+    for position, call in enumerate(run.turn):
+        repeated = check_call(rt, run, call, position)
         if repeated is not None:
             return repeated
     executor.run_reads(rt, run, [c for c in run.turn if c.effect == "read"])
@@ -220,8 +220,12 @@ def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
     return Continue()  # saved before any approval is asked for; resolve_turn asks
 
 
-def check_call(rt: Runtime, run: Run, call: Call) -> Finish | None:
-    """Decode, validate, authorize, detect repeats. Failures become the call's observation."""
+def check_call(rt: Runtime, run: Run, call: Call, position: int) -> Finish | None:
+    """Decode, validate, authorize, detect repeats. Failures become the call's observation.
+
+    An exact repeat with nothing written in between is answered with the earlier result
+    once; asked for again, it ends the run. After a write runs, reading again is legitimate
+    (the state may have changed), so what was seen is forgotten."""
     tool = rt.registry.get(call.name)
     roles = frozenset(run.requester.roles)
     if tool is None or call.name not in rt.policy.allowed_tools(roles):
@@ -244,16 +248,43 @@ def check_call(rt: Runtime, run: Run, call: Call) -> Finish | None:
         observe_denial(rt, run, call, f"Error: {denial.reason}")
         return None
     fingerprint = hashlib.sha256(canonical_json([call.name, args]).encode()).hexdigest()[:16]
-    if fingerprint in run.seen_calls:
+    earlier = run.seen.get(fingerprint)
+    if earlier is not None:
         rt.events.append(run.id, "repeated_call", call_id=call.id, tool=call.name, args=args)
-        return Finish(
-            RunStatus.PARTIAL,
-            EndReason.REPEATED_CALL,
-            f"the model asked for {call.name} with the same arguments again",
-        )
-    run.seen_calls.append(fingerprint)
+        if fingerprint in run.repeated:  # told once already: the model is going round
+            return Finish(
+                RunStatus.PARTIAL,
+                EndReason.REPEATED_CALL,
+                f"the model asked for {call.name} with the same arguments again",
+            )
+        run.repeated.append(fingerprint)
+        call.state, call.result = "done", repeat_observation(run, call.name, *earlier)
+        return None
+    run.seen[fingerprint] = [run.usage.steps, position]
     call.args, call.effect = args, tool.effect
     return None
+
+
+def repeat_observation(run: Run, tool: str, step: int, position: int) -> str:
+    """What the model is told when it repeats a call: when it made it, and what it got."""
+    calls = [m for m in run.messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    result = ""
+    if 0 < step <= len(calls) and position < len(calls[step - 1]["tool_calls"]):
+        call_id = calls[step - 1]["tool_calls"][position]["id"]
+        after = run.messages[run.messages.index(calls[step - 1]) :]
+        result = next(
+            (str(m.get("content")) for m in after if m.get("tool_call_id") == call_id), ""
+        )
+    if step == run.usage.steps and not result:  # twice in this very turn
+        return (
+            f"Error: this turn asks for {tool} twice with the same arguments; it ran once "
+            "(see the other result). The same call again ends this conversation."
+        )
+    return (
+        f"Error: you already called {tool} with these arguments at step {step}, and nothing "
+        f"has changed since. Its result was: {result[:1000]!r}. Use that result, or call "
+        "with different arguments; the same call again ends this conversation."
+    )
 
 
 def observe_denial(rt: Runtime, run: Run, call: Call, text: str) -> None:
@@ -323,6 +354,9 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
         # The ledger keeps the outcome, so a crash after this line replays it instead of re-running.
         call.result = executor.run_decided(rt, run, call, request)
         call.state = "done"
+        if request.status == ApprovalStatus.APPROVED:  # the world may have changed
+            run.seen.clear()
+            run.repeated.clear()
     if any(c.state == "pending" for c in run.turn):
         rt.surface(run).progress(run, "Waiting for approval")
         return Suspend()

@@ -105,7 +105,9 @@ class Run(BaseModel):
     ended_at: float | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list)  # transcript, no instructions
     turn: list[Call] = Field(default_factory=list)  # calls of the last model turn still open
-    seen_calls: list[str] = Field(default_factory=list)  # hashes of (tool, args) already made
+    # (tool, args) hash -> [step, position in that turn] of calls made since the last write ran
+    seen: dict[str, list[int]] = Field(default_factory=dict)
+    repeated: list[str] = Field(default_factory=list)  # hashes already answered as repeats
     budgets: Budgets = Field(default_factory=Budgets)
     usage: Usage = Field(default_factory=Usage)
     answer: str | None = None
