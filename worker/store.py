@@ -99,10 +99,14 @@ class RunStore:
 
     # documents
     def create(self, run: Run) -> None:
+        user_key = self.user_key(run.requester.user_id)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.set(self.key(run.id), run.to_json(), nx=True)
+        pipe.set(self.key(run.id), run.to_json(), nx=True, ex=self.retention)
         pipe.zadd(self.all_key, {run.id: run.created_at})
-        pipe.zadd(self.user_key(run.requester.user_id), {run.id: run.created_at})
+        pipe.zadd(user_key, {run.id: run.created_at})
+        # a person's index is trimmed when they ask again, and goes when they stop asking
+        pipe.zremrangebyscore(user_key, 0, time.time() - self.retention)
+        pipe.expire(user_key, self.retention)
         pipe.zadd(self.status_key(run.status), {run.id: run.updated_at})
         pipe.execute()
         self.wake(run.id)
@@ -124,7 +128,9 @@ class RunStore:
         by EventLog) to its log, in one script."""
         run.updated_at = time.time()
         others = [self.status_key(s) for s in RunStatus if s != run.status]
-        ttl = self.retention if run.status.terminal else 0
+        # Every run expires `retention` after its last save, finished or not: a run nothing
+        # advances any more (its approvals expired long ago, its worker gone) is not kept forever.
+        ttl = self.retention
         saved = self._save(
             keys=[
                 self.key(run.id),
@@ -214,11 +220,11 @@ class RunStore:
         return runs
 
     def trim_indexes(self) -> None:
-        """Drop index entries of runs past retention (their documents expired on their own)."""
+        """Drop index entries of runs past retention (their documents expired on their own:
+        every save sets a run's TTL, so an entry scored before the cutoff has no document)."""
         cutoff = time.time() - self.retention
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(self.all_key, 0, cutoff)
         for status in RunStatus:
-            if status.terminal:
-                pipe.zremrangebyscore(self.status_key(status), 0, cutoff)
+            pipe.zremrangebyscore(self.status_key(status), 0, cutoff)
         pipe.execute()
