@@ -6,8 +6,6 @@ twice. Crashed runs are recovered from their persisted state by the sweeper inst
 
 from __future__ import annotations
 
-import uuid
-
 import structlog
 from rq import get_current_job
 
@@ -52,7 +50,7 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
             again = lease.release(due_seen)
             structlog.contextvars.unbind_contextvars("run_id")
         if outcome == HANDED_BACK:
-            enqueue_advance(rt, run_id)
+            rt.enqueue_advance(run_id)
             return outcome
         if not again or outcome in ("missing", "lost"):
             return outcome
@@ -92,25 +90,8 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
     run = rt.store.find(request.run_id)
     if run is not None:
         rt.surface(run).approval_resolved(run, decision.request)
-    enqueue_advance(rt, request.run_id)
+    rt.enqueue_advance(request.run_id)
     return "expired"
-
-
-def enqueue_advance(rt: runtime.Runtime, run_id: str) -> None:
-    # The mark names the job, so the sweeper can see the job is still in the queue (waiting,
-    # not lost, however long the backlog) and a worker clears it when it takes that job.
-    # Marked before it is enqueued: a worker may take the job at once.
-    job_id = uuid.uuid4().hex
-    rt.store.mark_queued(run_id, job_id)
-    rt.queue.enqueue_call(
-        job_id=job_id,
-        func="worker.jobs.advance",
-        args=(run_id,),
-        timeout=rt.settings.job_timeout,
-        result_ttl=60,
-        failure_ttl=7 * 24 * 3600,
-        description=f"advance {run_id}",
-    )
 
 
 def _brief(exc: BaseException) -> str:

@@ -80,6 +80,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
                 run.status = RunStatus.AWAITING_APPROVAL
                 rt.events.append(run.id, "suspended", approvals=run.pending_approvals)
                 rt.save(run, lease_token)
+                admit_next(rt, run)
                 return True
             case Finish():
                 end(rt, run, step, lease_token)
@@ -170,6 +171,8 @@ def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
     usage.completion_tokens += turn.completion_tokens
     cost = rt.prices.cost(run.model, turn.prompt_tokens, turn.completion_tokens)
     usage.cost = round(usage.cost + cost, 8)
+    if rt.settings.limits.cost_per_day:
+        rt.limits.spend(run.requester.user_id, cost)
     rt.events.append(
         run.id,
         "model_call",
@@ -389,4 +392,11 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
     )
     rt.save(run, lease_token)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
+    admit_next(rt, run)
     rt.surface(run).finished(run)
+
+
+def admit_next(rt: Runtime, run: Run) -> None:
+    """The run no longer counts as in flight for its requester: queue who waits in line."""
+    for run_id in rt.limits.release(run.requester.user_id, run.id, rt.store.due_key):
+        rt.enqueue_advance(run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from tools import Policy, ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
 from worker.lease import LeaseKeeper
+from worker.limits import Limits, PersonLimits
 from worker.model import NO_MODEL, Model, ModelNotConfigured
 from worker.run import Budgets, Run
 from worker.store import RunStore
@@ -46,6 +48,7 @@ class Settings:
     budgets: Budgets = field(default_factory=Budgets)
     demos_as_text: bool = False  # demonstrations as text in the instructions, not as messages
     concurrency: int = 1  # runs one worker process carries at once (RQ worker loops in threads)
+    limits: Limits = field(default_factory=Limits)  # per person; none unless configured
 
     @property
     def job_timeout(self) -> int:
@@ -70,6 +73,9 @@ class Runtime:
         ns = self.settings.namespace
         self.store = RunStore(self.redis, ns, self.settings.retention)
         self.leases = LeaseKeeper(self.store, self.settings.lease_seconds)
+        self.limits = PersonLimits(
+            self.redis, ns, self.settings.limits, stale=self.settings.job_timeout
+        )
         # Set when the process is asked to stop: runs hand themselves back at the next step.
         self.stopping = threading.Event()
         # Threads start only when needed; enough for every run in flight to read at once.
@@ -91,6 +97,23 @@ class Runtime:
         """Where this run reports: the surface it came from, guarded; silent if none."""
         found = self.surfaces.get(run.origin.get("surface", ""))
         return Guarded(found) if found is not None else _SILENT
+
+    def enqueue_advance(self, run_id: str) -> None:
+        """Queue an `advance` job for the run (worker/jobs.py)."""
+        # The mark names the job, so the sweeper can see the job is still in the queue
+        # (waiting, not lost, however long the backlog) and a worker clears it when it takes
+        # that job. Marked before it is enqueued: a worker may take the job at once.
+        job_id = uuid.uuid4().hex
+        self.store.mark_queued(run_id, job_id)
+        self.queue.enqueue_call(
+            job_id=job_id,
+            func="worker.jobs.advance",
+            args=(run_id,),
+            timeout=self.settings.job_timeout,
+            result_ttl=60,
+            failure_ttl=7 * 24 * 3600,
+            description=f"advance {run_id}",
+        )
 
     def expiry_job_id(self, approval_id: str) -> str:
         return f"expire-{approval_id}"

@@ -9,7 +9,7 @@ import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from tools import valid_unicode
-from worker.jobs import enqueue_advance
+from worker.limits import LimitExceeded
 from worker.run import Requester, Run, RunStatus, new_run_id
 from worker.runtime import Runtime
 
@@ -40,6 +40,11 @@ def submit(
         raise QuestionRejected(
             f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}."
         )
+    try:
+        rt.limits.check(requester.user_id)
+    except LimitExceeded as exc:
+        log.info("question_limited", user=requester.user_id, why=str(exc))
+        raise QuestionRejected(str(exc)) from exc
     history = conversation(rt, parent, requester.user_id) if parent is not None else []
     run = Run(
         id=new_run_id(),
@@ -51,7 +56,7 @@ def submit(
         origin=dict(origin or {}),
         parent_id=parent.id if parent else None,
     )
-    rt.store.create(run)
+    rt.store.create(run, wake=False)
     rt.events.append(
         run.id,
         "run_created",
@@ -61,7 +66,17 @@ def submit(
         question=text,
         parent=run.parent_id,
     )
-    enqueue_advance(rt, run.id)
+    if rt.limits.admit(requester.user_id, run.id):
+        rt.store.wake(run.id)
+        rt.enqueue_advance(run.id)
+    else:
+        ahead = rt.settings.limits.runs_in_flight
+        rt.events.append(run.id, "waiting_in_line", in_flight=ahead)
+        rt.surface(run).progress(
+            run,
+            f"Waiting: you have {ahead} questions in progress; this one starts when one of "
+            "them is done",
+        )
     return run
 
 
@@ -134,7 +149,7 @@ def decide(
         by=decider_id,
         reason=decision.request.reason,
     )
-    enqueue_advance(rt, request.run_id)
+    rt.enqueue_advance(request.run_id)
     return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
 
 
@@ -156,7 +171,7 @@ def cancel(rt: Runtime, run_id: str, *, by: str, roles: frozenset[str]) -> Cance
         return CancelResult.ALREADY_ENDED
     rt.store.request_cancel(run_id, by)
     rt.events.append(run_id, "cancel_requested", by=by)
-    enqueue_advance(rt, run_id)
+    rt.enqueue_advance(run_id)
     return CancelResult.CANCELLING
 
 

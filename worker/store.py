@@ -98,7 +98,7 @@ class RunStore:
         return f"{self.ns}runs:due"
 
     # documents
-    def create(self, run: Run) -> None:
+    def create(self, run: Run, *, wake: bool = True) -> None:
         user_key = self.user_key(run.requester.user_id)
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(self.key(run.id), run.to_json(), nx=True, ex=self.retention)
@@ -109,7 +109,8 @@ class RunStore:
         pipe.expire(user_key, self.retention)
         pipe.zadd(self.status_key(run.status), {run.id: run.updated_at})
         pipe.execute()
-        self.wake(run.id)
+        if wake:
+            self.wake(run.id)
 
     def load(self, run_id: str) -> Run:
         raw = self.redis.get(self.key(run_id))

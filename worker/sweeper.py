@@ -11,7 +11,7 @@ import structlog
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
-from worker.jobs import enqueue_advance, expire
+from worker.jobs import expire
 from worker.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ def sweep(rt: Runtime) -> int:
         if not rt.redis.set(marker, 1, nx=True, px=max(int(grace * 1000), 100)):
             continue
         log.info("sweeper_requeue", run_id=run_id)
-        enqueue_advance(rt, run_id)
+        rt.enqueue_advance(run_id)
         requeued += 1
     for approval_id in rt.approvals.overdue():
         expire(rt, approval_id)  # a backstop for the scheduled expiry job
