@@ -44,3 +44,17 @@ def test_another_persons_reply_never_reaches_the_model_as_the_askers_words(
     assert said == ["alice asks: how do I reset my VPN token?", "alice again: and on my phone?"]
     contents = [m.get("content") for m in model_server.last_chat_request["messages"]]
     assert "First answer." in contents and "Noted." not in contents
+
+
+def test_a_long_thread_carries_a_bounded_history(redis_conn, model_server):
+    long_answer = "x" * 6000
+    model_server.route("long thread", [long_answer])
+    rt = make_runtime(redis_conn, model_server.url)
+    parent = None
+    for n in range(6):
+        run = service.submit(rt, f"long thread {n}", ALICE, parent=parent)
+        work(rt)
+        parent = rt.store.load(run.id)
+    history = parent.messages[:-2]  # what the last reply carried from before
+    assert sum(len(m["content"]) for m in history) <= service.MAX_HISTORY_CHARS
+    assert history and history[-1]["content"] == long_answer  # the newest turns are kept

@@ -17,6 +17,7 @@ log = structlog.get_logger(__name__)
 
 MAX_QUESTION_CHARS = 4000
 MAX_HISTORY_MESSAGES = 20
+MAX_HISTORY_CHARS = 16_000  # a reply carries at most this much of the thread: bounded storage
 MAX_THREAD_HOPS = 20  # how far back a reply looks for the asker's own last run in the thread
 
 
@@ -97,7 +98,14 @@ def conversation(rt: Runtime, parent: Run, asker: str) -> list[dict[str, str]]:
         for m in run.messages
         if m.get("role") in ("user", "assistant") and not m.get("tool_calls") and m.get("content")
     ]
-    return turns[-MAX_HISTORY_MESSAGES:]
+    kept: list[dict[str, str]] = []
+    size = 0
+    for turn in reversed(turns[-MAX_HISTORY_MESSAGES:]):  # the newest turns matter most
+        size += len(turn["content"])
+        if size > MAX_HISTORY_CHARS:
+            break
+        kept.append(turn)
+    return kept[::-1]
 
 
 class DecisionResult(StrEnum):
