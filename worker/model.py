@@ -118,28 +118,63 @@ class ModelClient:
             raise ModelError(f"model client error: {type(exc).__name__}") from exc
         if not response.choices:
             raise ModelError("the model server returned no choices")
-        choice = response.choices[0]
-        message = choice.message
-        # Model text is stored and sent again: lone surrogates would make both fail.
-        calls = [
+        return read_turn(response.choices[0], response.usage, time.monotonic() - started)
+
+
+def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:
+    """The SDK builds replies without validating them, so any field may be missing, null or
+    of another type. Read each one defensively and canonically: a call without an id, or
+    with one already used in the turn, gets one of ours (the transcript sends it back
+    consistently); a call without a function is kept with an empty name, so the model reads
+    "no such tool" instead of the run failing; model text is cleaned of lone surrogates,
+    since it is stored and sent again."""
+    message = getattr(choice, "message", None)
+    calls: list[ProposedCall] = []
+    for call in _list(getattr(message, "tool_calls", None)):
+        if getattr(call, "type", None) not in ("function", None):
+            continue  # another kind of tool (custom, ...) that we never offered
+        function = getattr(call, "function", None)
+        calls.append(
             ProposedCall(
-                id=_text(call.id),
-                name=_text(call.function.name),
-                arguments=_text(call.function.arguments)[:MAX_ARGUMENTS_KEPT],
+                id=_unique_id(getattr(call, "id", None), {c.id for c in calls}),
+                name=_text(getattr(function, "name", None)),
+                arguments=_text(getattr(function, "arguments", None))[:MAX_ARGUMENTS_KEPT],
             )
-            for call in (message.tool_calls or [])
-            if call.type == "function"
-        ]
-        usage = response.usage
-        return ModelTurn(
-            finish_reason=choice.finish_reason or ("tool_calls" if calls else "stop"),
-            content=valid_unicode(message.content) if message.content else message.content,
-            refusal=valid_unicode(message.refusal) if message.refusal else None,
-            calls=calls,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            seconds=time.monotonic() - started,
         )
+    content = getattr(message, "content", None)
+    refusal = getattr(message, "refusal", None)
+    finish = getattr(choice, "finish_reason", None)
+    return ModelTurn(
+        finish_reason=finish if isinstance(finish, str) and finish else _implied(calls),
+        content=_text(content) if content is not None else None,
+        refusal=_text(refusal) if refusal else None,
+        calls=calls,
+        prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
+        completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
+        seconds=seconds,
+    )
+
+
+def _unique_id(raw: object, taken: set[str]) -> str:
+    call_id = _text(raw)
+    if call_id and call_id not in taken:
+        return call_id
+    n = len(taken)
+    while f"call_sb_{n}" in taken:
+        n += 1
+    return f"call_sb_{n}"
+
+
+def _implied(calls: list[ProposedCall]) -> str:
+    return "tool_calls" if calls else "stop"
+
+
+def _list(value: object) -> list[Any]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _text(value: object) -> str:

@@ -95,6 +95,9 @@ class Turn:
     refusal: str | None = None
     usage: tuple[int, int] | None = None
     delay: float = 0.0
+    # Replaces the built choice as it is (keys "message", "finish_reason", and "usage" for the
+    # whole completion when present): a test can send what a non-conforming server sends.
+    raw: Mapping[str, Any] | None = None
 
     def calls(self) -> list[ToolCall]:
         return [call if isinstance(call, ToolCall) else ToolCall(*call) for call in self.tool_calls]
@@ -405,7 +408,7 @@ def build_completion(
         )
         reply_text = (content or "") + (turn.refusal or "") + json.dumps(tool_calls)
         completion_tokens = min(estimate_tokens(reply_text), MAX_COMPLETION_TOKENS)
-    return {
+    completion = {
         "id": completion_id,
         "object": "chat.completion",
         "created": int(time.time()),
@@ -428,6 +431,13 @@ def build_completion(
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
         },
     }
+    if turn.raw is not None:
+        choice = completion["choices"][0]
+        choice["message"] = turn.raw.get("message")
+        choice["finish_reason"] = turn.raw.get("finish_reason")
+        if "usage" in turn.raw:
+            completion["usage"] = turn.raw["usage"]
+    return completion
 
 
 def build_stream(completion: Mapping[str, Any], include_usage: bool) -> bytes:
