@@ -66,16 +66,18 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
     clock = Clock(run.usage.active_seconds)
     if run.status != RunStatus.RUNNING:
         run.status = RunStatus.RUNNING
-        rt.save(run, lease_token)
+        cancelled_by = rt.save(run, lease_token)
+    else:
+        cancelled_by = rt.store.cancel_requested_by(run.id)
     while True:
         if rt.stopping.is_set():
             rt.events.append(run.id, "handed_back", pid=os.getpid(), step=run.usage.steps)
             return False
-        step = next_step(rt, run, clock)
+        step = next_step(rt, run, clock, cancelled_by)
         run.usage.active_seconds = round(clock.total(), 3)
         match step:
             case Continue():
-                rt.save(run, lease_token)
+                cancelled_by = rt.save(run, lease_token)  # a cancel is learnt from the save
             case Suspend():
                 run.status = RunStatus.AWAITING_APPROVAL
                 rt.events.append(run.id, "suspended", approvals=run.pending_approvals)
@@ -87,8 +89,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
                 return True
 
 
-def next_step(rt: Runtime, run: Run, clock: Clock) -> Step:
-    cancelled_by = rt.store.cancel_requested_by(run.id)
+def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> Step:
     if cancelled_by is not None:
         return Finish(RunStatus.PARTIAL, EndReason.CANCELLED, f"cancelled by <@{cancelled_by}>")
     if run.turn:

@@ -89,9 +89,10 @@ class Runtime:
             self.settings.queue_name, connection=self.redis, serializer=JSONSerializer
         )
 
-    def save(self, run: Run, lease_token: str) -> None:
-        """Save a run this process holds, with the events its step recorded."""
-        self.store.save(run, lease_token, self.events.take(run.id))
+    def save(self, run: Run, lease_token: str) -> str | None:
+        """Save a run this process holds, with the events its step recorded. Returns who asked
+        to cancel it, if anyone."""
+        return self.store.save(run, lease_token, self.events.take(run.id))
 
     def surface(self, run: Run) -> Surface:
         """Where this run reports: the surface it came from, guarded; silent if none."""

@@ -11,10 +11,12 @@ from approvals import WAKE_LUA
 from worker.events import MAX_EVENTS_PER_RUN
 from worker.run import Run, RunSchemaError, RunStatus
 
-# KEYS: doc, lease, new status index, events, then the other status indexes.
+# KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
 # events the log keeps, then events to append.
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite.
+# Returns 0 when fenced off, else {1, who asked to cancel the run or false}: the loop learns of
+# a cancellation from its own save instead of asking at every step.
 _SAVE = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
@@ -28,9 +30,9 @@ if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[4], ttl)
 end
-for i = 5, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
-return 1
+return {1, redis.call('GET', KEYS[5])}
 """
 
 _WAKE = WAKE_LUA + "\nwake(KEYS[1], ARGV[1])\nreturn 1\n"
@@ -124,9 +126,9 @@ class RunStore:
         except RunNotFound:
             return None
 
-    def save(self, run: Run, lease_token: str = "", events: Sequence[str] = ()) -> None:
+    def save(self, run: Run, lease_token: str = "", events: Sequence[str] = ()) -> str | None:
         """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
-        by EventLog) to its log, in one script."""
+        by EventLog) to its log, in one script. Returns who asked to cancel it, if anyone."""
         run.updated_at = time.time()
         others = [self.status_key(s) for s in RunStatus if s != run.status]
         # Every run expires `retention` after its last save, finished or not: a run nothing
@@ -138,6 +140,7 @@ class RunStore:
                 self.lease_key(run.id),
                 self.status_key(run.status),
                 self.events_key(run.id),
+                self.cancel_key(run.id),
                 *others,
             ],
             args=[
@@ -152,6 +155,8 @@ class RunStore:
         )
         if not saved:
             raise LeaseLost(run.id)
+        cancelled_by = saved[1]
+        return cancelled_by.decode() if cancelled_by else None
 
     # scheduling
     def wake(self, run_id: str) -> None:
