@@ -18,12 +18,14 @@ from bot.mrkdwn import (
     date,
     duration,
     escape,
+    has_bidi,
     mention,
     plain,
     pretty_json,
     split,
     to_mrkdwn,
 )
+from tools import Policy
 from worker.run import EndReason, Run, RunStatus
 
 # action and callback ids (not shown to people)
@@ -239,6 +241,7 @@ def approval_card(
     """The card while pending (`outcome` None: with buttons) or once resolved (no
     decision buttons, the outcome in their place)."""
     args_text, was_cut = pretty_json(request.args)
+    bidi = has_bidi(args_text)
     if len(args_text) > ARGS_PREVIEW:
         args_text, was_cut = args_text[:ARGS_PREVIEW] + "\n…", True
     first_line = (description.strip().splitlines() or [""])[0]
@@ -253,6 +256,8 @@ def approval_card(
         ),
         section(code_block(args_text)),
     ]
+    if bidi:
+        blocks.append(section(m.CARD_BIDI))
     notes = [m.CARD_WHO.format(approvers=escape(approvers), expires=date(request.expires_at))]
     if was_cut:
         notes.append(m.CARD_ARGS_CUT)
@@ -261,30 +266,42 @@ def approval_card(
     blocks.append(context(*notes))
     show_all = button(m.SHOW_ALL, SHOW_ARGS, request.id)
     if outcome is None:
-        approve_confirm = (
-            confirm_dialog(
-                m.CONFIRM_APPROVE_TITLE,
-                m.CONFIRM_APPROVE_TEXT.format(tool=escape(request.tool)),
-                m.CONFIRM_APPROVE_YES,
-                m.CONFIRM_APPROVE_NO,
-            )
-            if high_risk
-            else None
-        )
         elements = [
-            button(m.APPROVE, APPROVE, request.id, style="primary", confirm=approve_confirm),
+            approve_button(request, high_risk=high_risk),
             button(m.REJECT, REJECT, request.id, style="danger"),
         ]
-        if was_cut:
+        if was_cut or bidi:
             elements.append(show_all)
         blocks.append(actions(*elements, block_id="sb_decide"))
         text = m.CARD_FALLBACK.format(user=mention(request.requester), tool=escape(request.tool))
     else:
         blocks.append(section(outcome))
-        if was_cut:
+        if was_cut or bidi:
             blocks.append(actions(show_all, block_id="sb_show"))
         text = m.CARD_DECIDED_FALLBACK.format(tool=escape(request.tool), outcome=outcome)
     return Message(text=text, blocks=blocks)
+
+
+def approve_button(request: ApprovalRequest, *, high_risk: bool) -> dict[str, Any]:
+    """The one Approve button, on cards and in App Home alike: a high-risk tool's asks
+    for a confirmation first."""
+    confirm = None
+    if high_risk:
+        confirm = confirm_dialog(
+            m.CONFIRM_APPROVE_TITLE,
+            m.CONFIRM_APPROVE_TEXT.format(tool=escape(request.tool)),
+            m.CONFIRM_APPROVE_YES,
+            m.CONFIRM_APPROVE_NO,
+        )
+    return button(m.APPROVE, APPROVE, request.id, style="primary", confirm=confirm)
+
+
+def is_high_risk(policy: Policy, tool: str) -> bool:
+    """A tool that is gone since it was asked for counts as high-risk."""
+    try:
+        return policy.rule(tool).high_risk
+    except KeyError:
+        return True
 
 
 def outcome_text(request: ApprovalRequest, run_reason: EndReason | None = None) -> str:

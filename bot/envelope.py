@@ -42,6 +42,18 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "user_team": _SCALAR,
 }
 _ASSISTANT_EVENTS = ("assistant_thread_started", "assistant_thread_context_changed")
+# the id Bolt matches listeners on, per payload type: a catch-all listener (`bot.listeners`)
+# matches it against a pattern, which raises on anything but a string
+_MATCHED_ON = {
+    "shortcut": "callback_id",
+    "message_action": "callback_id",
+    "interactive_message": "callback_id",
+    "dialog_submission": "callback_id",
+    "dialog_cancellation": "callback_id",
+    "dialog_suggestion": "callback_id",
+    "workflow_step_edit": "callback_id",
+    "block_suggestion": "action_id",
+}
 
 
 def parse(body: str, content_type: str | None) -> dict[str, Any] | None:
@@ -90,6 +102,11 @@ def problem(body: Mapping[str, Any]) -> str | None:
     view = body.get("view") or {}
     if kind in ("view_submission", "view_closed") and not isinstance(view.get("callback_id"), str):
         return "view needs a string callback_id"
+    matched_on = _MATCHED_ON.get(kind) if isinstance(kind, str) else None
+    if matched_on and matched_on in body and not isinstance(body[matched_on], str):
+        return f"{matched_on} must be a string"
+    if "command" in body and not isinstance(body["command"], str):
+        return "command must be a string"
     return None
 
 

@@ -5,27 +5,41 @@ from __future__ import annotations
 
 import calendar
 import time
+from collections.abc import Callable
 from typing import Any
 
+from bot.blocks import is_high_risk
 from bot.views import home_view
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime
 
+Decides = Callable[[str, str, str, frozenset[str]], bool]  # (tool, requester, decider, roles)
+
 SPEND_SCAN = 5000  # runs created today that the spend figure looks at, at most
 BATCH = 500
 
 
-def build_home(rt: Runtime, user_id: str, roles: frozenset[str]) -> dict[str, Any]:
+def build_home(
+    rt: Runtime, user_id: str, roles: frozenset[str], *, decides: Decides | None = None
+) -> dict[str, Any]:
+    """`decides`: who may decide, when the surface knows more than the policy (Slack:
+    external people); `service.pending_for` already asked the policy."""
     admin = rt.policy.is_admin(roles)
     mine = rt.store.recent(user_id=user_id, limit=15)
-    waiting = service.pending_for(rt, user_id, roles)
+    waiting = [
+        r
+        for r in service.pending_for(rt, user_id, roles)
+        if decides is None or decides(r.tool, r.requester, user_id, roles)
+    ]
+    high_risk = frozenset(r.tool for r in waiting if is_high_risk(rt.policy, r.tool))
     if not admin:
-        return home_view(mine=mine, waiting=waiting, admin=False)
+        return home_view(mine=mine, waiting=waiting, admin=False, high_risk=high_risk)
     return home_view(
         mine=mine,
         waiting=waiting,
         admin=True,
+        high_risk=high_risk,
         recent=rt.store.recent(limit=15),
         pending=rt.approvals.pending(limit=50),
         failures=rt.store.recent(status=RunStatus.FAILED, limit=5),

@@ -1,5 +1,13 @@
 """Who is asking: the user, team and channel from Slack's signed payload, and their Slack
-user groups (cached with an expiry) turned into policy roles."""
+user groups (cached with an expiry) turned into policy roles.
+
+A person from another organisation (Slack Connect: their own team is not one the bot
+serves, `bot.installations.Home`) gets the role `external` instead of `everyone` and the
+roles the policy gives their user id by name; no user groups. By default an external
+person may start nothing and decide nothing: starting needs a tool whose `allow` names
+`external`, deciding needs an approver role they hold by name (`everyone` and `requester`
+do not count for them).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +19,14 @@ import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
+from bot.installations import Home
 from tools import Policy
+from tools.policy import EVERYONE, REQUESTER
 from worker.run import Requester
 
 log = structlog.get_logger(__name__)
 
+EXTERNAL = "external"
 GROUPS_TTL = 300.0  # user group membership is read again after five minutes
 FAILURE_TTL = 60.0  # after an error (e.g. a missing usergroups:read scope), retry a minute later
 
@@ -65,14 +76,20 @@ class UserGroups:
 class Identity:
     """Builds the Requester for a verified Slack user."""
 
-    def __init__(self, policy: Policy, groups: UserGroups) -> None:
+    def __init__(self, policy: Policy, groups: UserGroups, home: Home | None = None) -> None:
         self.policy = policy
         self.groups = groups
+        self.home = home
         self.uses_groups = any(
             member.startswith("@") for members in policy.roles.values() for member in members
         )
 
-    def roles(self, user_id: str) -> frozenset[str]:
+    def roles(self, user_id: str, team_id: str = "") -> frozenset[str]:
+        """The policy roles of `user_id`, whose own team is `team_id` ("" = unknown: the
+        workspace the request came from)."""
+        if self.home is not None and self.home.is_external(team_id):
+            named = self.policy.roles_for(user_id) - {EVERYONE}
+            return frozenset({EXTERNAL, *named})
         handles: Iterable[str] = self.groups.handles_of(user_id) if self.uses_groups else ()
         return self.policy.roles_for(user_id, handles)
 
@@ -81,5 +98,28 @@ class Identity:
             user_id=user_id,
             team_id=team_id,
             channel_id=channel_id,
-            roles=sorted(self.roles(user_id)),
+            roles=sorted(self.roles(user_id, team_id)),
         )
+
+    def may_start(self, roles: Iterable[str]) -> bool:
+        """May someone with these roles start a run? Everyone may, except external people
+        while no tool's `allow` names `external`."""
+        if EXTERNAL not in roles:
+            return True
+        names = self.policy.registry.names()
+        return any(EXTERNAL in self.policy.rule(name).allow for name in names)
+
+    def may_decide(
+        self, tool: str, requester_id: str, decider_id: str, roles: frozenset[str]
+    ) -> bool:
+        """The policy's answer, and for an external decider an approver role they hold by
+        name: `everyone` and `requester` (self-approval) are not enough."""
+        if not self.policy.may_decide(tool, requester_id, decider_id, roles):
+            return False
+        if EXTERNAL not in roles:
+            return True
+        try:
+            approvers = set(self.policy.rule(tool).approvers) - {EVERYONE, REQUESTER}
+        except KeyError:
+            return False
+        return not approvers.isdisjoint(roles - {EVERYONE})

@@ -6,6 +6,13 @@ Listeners get `sb` (a `Bot`: the runtime, identity, thread memory and surface) f
 request context, put there by `attach`, the first global middleware. `attach` also drops
 repeated deliveries of an event (Slack retries, redeliveries): one run per event.
 
+`attach` also refuses requests for a workspace or app the bot does not serve
+(`bot.installations.Home`) and acks `app_rate_limited`, which Slack sends to every app.
+Whatever no listener of ours claims (old buttons, shortcuts, views, events we do not
+subscribe to) is acked and logged by the catch-alls registered last, so Bolt's 404
+"unhandled request" never reaches Slack: failed deliveries count toward Slack turning the
+event subscription off.
+
 Every id a listener uses is checked for its shape first (`bot.ids`); a payload that lacks
 one is logged as malformed and dropped, never half-handled. (The HTTP server has already
 refused bodies whose envelope Bolt itself could not read: `bot.envelope`.)
@@ -47,12 +54,13 @@ from bot.blocks import (
 from bot.commands import parse, runs_listing
 from bot.home import build_home
 from bot.identity import Identity
+from bot.installations import Home, Installations, envelope_team, user_team
 from bot.mrkdwn import cut, escape
 from bot.surface import SlackSurface
 from bot.threads import Threads
 from bot.views import args_modal, modal, reject_modal, run_modal
 from worker import service
-from worker.run import Run
+from worker.run import Run, RunStatus
 from worker.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -62,7 +70,11 @@ P = ParamSpec("P")
 COMMAND = "/switchboard"
 REASON_MAX = 500
 METADATA_MAX = 3000
+SLACKBOT = "USLACKBOT"  # Slackbot's messages carry no bot_id, but it is not a person
+IN_FLIGHT = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+SCAN = 10_000  # in-flight runs and pending approvals looked at when an installation goes
 _ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
+ANYTHING = re.compile(".*", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,8 @@ class Bot:
     identity: Identity
     threads: Threads
     surface: SlackSurface
+    home: Home
+    installations: Installations
 
 
 def register(app: App, sb: Bot) -> None:
@@ -91,6 +105,16 @@ def register(app: App, sb: Bot) -> None:
     app.action(SAVE_DEMO)(on_save_demo)
     app.view(REJECT_MODAL)(on_reject_submitted)
     app.command(COMMAND)(on_command)
+    app.event("app_uninstalled")(on_installation_gone)
+    app.event("tokens_revoked")(on_installation_gone)
+    # last: whatever the listeners above do not claim is acked here, never Bolt's 404
+    app.event(ANYTHING)(on_other_event)
+    app.action(ANYTHING)(on_other_interaction)
+    app.view(ANYTHING)(on_other_interaction)
+    app.view_closed(ANYTHING)(on_other_interaction)
+    app.shortcut(ANYTHING)(on_other_interaction)
+    app.options(ANYTHING)(on_other_options)
+    app.command(ANYTHING)(on_other_command)
 
 
 def attach(sb: Bot) -> Callable[..., BoltResponse | None]:
@@ -98,6 +122,20 @@ def attach(sb: Bot) -> Callable[..., BoltResponse | None]:
         req: BoltRequest, body: dict[str, Any], context: BoltContext, next_: Callable[[], None]
     ) -> BoltResponse | None:
         context["sb"] = sb
+        if body.get("type") == "app_rate_limited":  # sent to every app, subscribed or not
+            log.warning("slack_events_rate_limited", minute=body.get("minute_rate_limited"))
+            return BoltResponse(status=200, body="")
+        refused = sb.home.refusal(body)
+        if refused:  # signed by Slack, but for a workspace or app this bot does not serve
+            team, enterprise = envelope_team(body)
+            log.warning(
+                "request_refused",
+                why=refused,
+                type=str(body.get("type"))[:40],
+                team=team[:40],
+                enterprise=enterprise[:40],
+            )
+            return BoltResponse(status=200, body="")
         if body.get("type") == "event_callback":
             event_id = ids.shaped(ids.EVENT, body.get("event_id"))
             if event_id is None:  # without an id it cannot be de-duplicated: not from Slack
@@ -133,15 +171,45 @@ def boundary(listener: Callable[P, None]) -> Callable[P, None]:
 class Question:
     text: str
     user: str
-    team: str
+    team: str  # the workspace the event was sent for (the installation)
+    user_team: str  # the asker's own team: another one for a Slack Connect user
     channel: str
     thread_ts: str
     event_id: str
     assistant: bool = False
+    overheard: bool = False  # a thread reply without a mention: refusals are not said
+
+    @classmethod
+    def of(
+        cls,
+        text: str,
+        said: Said,
+        body: dict[str, Any],
+        *,
+        assistant: bool = False,
+        overheard: bool = False,
+    ) -> Question:
+        return cls(
+            text,
+            said.user,
+            team_of(body),
+            user_team(body)[:64],
+            said.channel,
+            said.thread_ts or said.ts,
+            str(body.get("event_id")),
+            assistant=assistant,
+            overheard=overheard,
+        )
 
 
 def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     """Create the run (continuing the thread's conversation, if the bot answered there)."""
+    requester = sb.identity.requester(q.user, q.user_team, q.channel)
+    if not sb.identity.may_start(requester.roles):
+        log.info("question_refused_external", user=q.user, team=q.user_team)
+        if not q.overheard:
+            say(client, q.channel, q.thread_ts, m.EXTERNAL_CANNOT_ASK)
+        return None
     parent = None
     parent_id = sb.threads.last_run(q.channel, q.thread_ts)
     if parent_id:
@@ -149,7 +217,6 @@ def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
         if parent is not None and not parent.status.terminal:
             say(client, q.channel, q.thread_ts, m.STILL_WORKING)
             return None
-    requester = sb.identity.requester(q.user, q.team, q.channel)
     origin = {
         "surface": "slack",
         "channel": q.channel,
@@ -200,8 +267,11 @@ class Said:
 
     @classmethod
     def of(cls, event: dict[str, Any]) -> Said | None:
-        """None for bots, edits and other subtypes, and for events that are malformed."""
-        if event.get("subtype") not in (None, "file_share") or event.get("bot_id"):
+        """None for bots (Slackbot too), edits and other subtypes, and for events that are
+        malformed. A thread reply also sent to the channel (`thread_broadcast`) is a reply."""
+        if event.get("subtype") not in (None, "file_share", "thread_broadcast"):
+            return None
+        if event.get("bot_id") or event.get("user") == SLACKBOT:
             return None
         user = ids.shaped(ids.USER, event.get("user"))
         channel = ids.shaped(ids.CHANNEL, event.get("channel"))
@@ -223,17 +293,10 @@ class Said:
 
 
 def team_of(body: dict[str, Any]) -> str:
-    user = body.get("user")
-    for team in (
-        body.get("team_id"),
-        body.get("team"),
-        user.get("team_id") if isinstance(user, dict) else None,
-    ):
-        if isinstance(team, dict):
-            team = team.get("id")
-        if ids.shaped(ids.TEAM, team):
-            return str(team)
-    return ""
+    """The workspace (or, for an org-wide install, the org) the request was sent for; one
+    `Home` serves, or `attach` would have refused the request."""
+    team, enterprise = envelope_team(body)
+    return (team or enterprise)[:64]
 
 
 @boundary
@@ -248,13 +311,7 @@ def on_mention(
     if not text:
         say(client, said.channel, thread_ts, m.EMPTY_MENTION)
         return
-    ask(
-        sb,
-        client,
-        Question(
-            text, said.user, team_of(body), said.channel, thread_ts, str(body.get("event_id"))
-        ),
-    )
+    ask(sb, client, Question.of(text, said, body))
 
 
 @boundary
@@ -275,18 +332,7 @@ def on_message(
     text = question_text(said.text, context.bot_user_id)
     if not text:
         return
-    ask(
-        sb,
-        client,
-        Question(
-            text,
-            said.user,
-            team_of(body),
-            said.channel,
-            said.thread_ts or said.ts,
-            str(body.get("event_id")),
-        ),
-    )
+    ask(sb, client, Question.of(text, said, body, overheard=said.channel_type != "im"))
 
 
 # -- assistant threads -----------------------------------------------------------------------------
@@ -335,19 +381,7 @@ def on_assistant_message(
         set_status(
             status=m.ASSISTANT_STATUS.format(text="Thinking"), loading_messages=m.ASSISTANT_LOADING
         )
-    run = ask(
-        sb,
-        client,
-        Question(
-            text,
-            said.user,
-            team_of(body),
-            channel,
-            thread_ts,
-            str(body.get("event_id")),
-            assistant=in_assistant,
-        ),
-    )
+    run = ask(sb, client, Question.of(text, said, body, assistant=in_assistant))
     if in_assistant and run is None:
         set_status(status="")
     elif in_assistant and run is not None and run.parent_id is None:
@@ -358,15 +392,16 @@ def on_assistant_message(
 
 
 @boundary
-def on_home_opened(event: dict[str, Any], client: WebClient, sb: Bot) -> None:
+def on_home_opened(event: dict[str, Any], body: dict[str, Any], client: WebClient, sb: Bot) -> None:
     user = ids.shaped(ids.USER, event.get("user"))
     if event.get("tab") == "home" and user:
-        publish_home(sb, client, user)
+        publish_home(sb, client, user, user_team(body))
 
 
-def publish_home(sb: Bot, client: WebClient, user_id: str) -> None:
-    roles = sb.identity.roles(user_id)
-    client.views_publish(user_id=user_id, view=build_home(sb.rt, user_id, roles))
+def publish_home(sb: Bot, client: WebClient, user_id: str, team: str) -> None:
+    roles = sb.identity.roles(user_id, team)
+    view = build_home(sb.rt, user_id, roles, decides=sb.identity.may_decide)
+    client.views_publish(user_id=user_id, view=view)
 
 
 # -- buttons and modals ---------------------------------------------------------------------------
@@ -377,6 +412,7 @@ class Clicked:
     """Who clicked where, from the signed payload, and where to answer them."""
 
     user: str
+    team: str = ""  # the clicker's own team (another one for a Slack Connect user)
     channel: str = ""
     message_ts: str = ""
     thread_ts: str = ""
@@ -397,6 +433,7 @@ class Clicked:
         in_modal = dig(body, "view", "type") == "modal"
         return cls(
             user=user,
+            team=user_team(body)[:64],
             channel=ids.shaped(ids.CHANNEL, container.get("channel_id")) or "",
             message_ts=ids.shaped(ids.TS, container.get("message_ts")) or "",
             thread_ts=ids.shaped(ids.TS, container.get("thread_ts")) or "",
@@ -405,6 +442,9 @@ class Clicked:
             view_id=(ids.shaped(ids.VIEW, dig(body, "view", "id")) or "") if in_modal else "",
             in_modal=in_modal,
         )
+
+    def roles(self, sb: Bot) -> frozenset[str]:
+        return sb.identity.roles(self.user, self.team)
 
     @property
     def card(self) -> dict[str, str] | None:
@@ -469,14 +509,34 @@ def on_approve(
     clicked = Clicked.of(body)
     if clicked is None:
         return
-    outcome = service.decide(
+    after_decision(sb, client, clicked, decide(sb, approval_id, clicked, approve=True))
+
+
+def decide(
+    sb: Bot, approval_id: str, clicked: Clicked, *, approve: bool, reason: str = ""
+) -> service.DecisionOutcome:
+    """service.decide, after the check only Slack knows of: an external person (Slack
+    Connect) decides only with an approver role they hold by name."""
+    roles = clicked.roles(sb)
+    request = sb.rt.approvals.find(approval_id)
+    if (
+        request is not None
+        and not request.decided
+        and not sb.identity.may_decide(request.tool, request.requester, clicked.user, roles)
+    ):
+        sb.rt.events.append(
+            request.run_id, "decision_refused", approval_id=approval_id, by=clicked.user
+        )
+        approvers = sb.rt.policy.approvers_text(request.tool)
+        return service.DecisionOutcome(service.DecisionResult.NOT_ALLOWED, request, approvers)
+    return service.decide(
         sb.rt,
         approval_id,
         decider_id=clicked.user,
-        decider_roles=sb.identity.roles(clicked.user),
-        approve=True,
+        decider_roles=roles,
+        approve=approve,
+        reason=reason,
     )
-    after_decision(sb, client, clicked, outcome)
 
 
 def clicked_request(
@@ -508,8 +568,8 @@ def on_reject(
     if request.decided:
         tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return
-    roles = sb.identity.roles(clicked.user)
-    if not sb.rt.policy.may_decide(request.tool, request.requester, clicked.user, roles):
+    roles = clicked.roles(sb)
+    if not sb.identity.may_decide(request.tool, request.requester, clicked.user, roles):
         approvers = escape(sb.rt.policy.approvers_text(request.tool))
         tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
         return
@@ -532,19 +592,14 @@ def on_reject_submitted(
     typed = dig(view, "state", "values", REJECT_REASON_BLOCK, REJECT_REASON_INPUT, "value")
     clicked = Clicked(
         user=user,
+        team=user_team(body)[:64],
         channel=ids.shaped(ids.CHANNEL, meta.get("channel")) or "",
         message_ts=ids.shaped(ids.TS, meta.get("ts")) or "",
         thread_ts=ids.shaped(ids.TS, meta.get("thread_ts")) or "",
         in_home=meta.get("home") == "1",
     )
-    outcome = service.decide(
-        sb.rt,
-        approval_id,
-        decider_id=user,
-        decider_roles=sb.identity.roles(user),
-        approve=False,
-        reason=typed[:REASON_MAX] if isinstance(typed, str) else "",
-    )
+    reason = typed[:REASON_MAX] if isinstance(typed, str) else ""
+    outcome = decide(sb, approval_id, clicked, approve=False, reason=reason)
     after_decision(sb, client, clicked, outcome)
 
 
@@ -580,7 +635,7 @@ def after_decision(
     else:
         sb.surface.show_outcome(request, also=clicked.card)
     if clicked.in_home:
-        publish_home(sb, client, clicked.user)
+        publish_home(sb, client, clicked.user, clicked.team)
 
 
 @boundary
@@ -594,11 +649,11 @@ def on_cancel(
     clicked = Clicked.of(body)
     if clicked is None:
         return
-    tell(client, clicked, cancel_run(sb, run_id, clicked.user))
+    tell(client, clicked, cancel_run(sb, run_id, clicked.user, clicked.team))
 
 
-def cancel_run(sb: Bot, run_id: str, user: str) -> str:
-    result = service.cancel(sb.rt, run_id, by=user, roles=sb.identity.roles(user))
+def cancel_run(sb: Bot, run_id: str, user: str, team: str) -> str:
+    result = service.cancel(sb.rt, run_id, by=user, roles=sb.identity.roles(user, team))
     words = {
         service.CancelResult.CANCELLING: m.CANCELLING,
         service.CancelResult.NOT_ALLOWED: m.CANCEL_NOT_ALLOWED,
@@ -618,12 +673,11 @@ def on_show_args(
     if found is None:
         return
     clicked, request = found
-    roles = sb.identity.roles(clicked.user)
-    policy = sb.rt.policy
+    roles = clicked.roles(sb)
     if not (
         clicked.user == request.requester
-        or policy.may_decide(request.tool, request.requester, clicked.user, roles)
-        or policy.is_admin(roles)
+        or sb.identity.may_decide(request.tool, request.requester, clicked.user, roles)
+        or sb.rt.policy.is_admin(roles)
     ):
         tell(client, clicked, m.ARGS_NOT_YOURS)
         return
@@ -641,17 +695,17 @@ def on_view_run(
     clicked = Clicked.of(body)
     if clicked is None:
         return
-    problem = show_run(sb, client, run_id, clicked.user, clicked.trigger_id)
+    problem = show_run(sb, client, run_id, clicked.user, clicked.team, clicked.trigger_id)
     if problem:
         tell(client, clicked, problem)
 
 
-def show_run(sb: Bot, client: WebClient, run_id: str, user: str, trigger_id: str) -> str:
+def show_run(sb: Bot, client: WebClient, run_id: str, user: str, team: str, trigger_id: str) -> str:
     """Open the trajectory modal; returns what to say instead when the user may not see it."""
     run = sb.rt.store.find(run_id)
     if run is None:
         return m.RUN_NOT_FOUND.format(run_id=run_id)
-    roles = sb.identity.roles(user)
+    roles = sb.identity.roles(user, team)
     if not service.may_inspect(sb.rt, run, user, roles):
         return m.RUN_NOT_YOURS.format(run_id=run_id)
     if not trigger_id:
@@ -681,7 +735,7 @@ def on_save_demo(
     clicked = Clicked.of(body)
     if run_id is None or clicked is None:
         return
-    if not sb.rt.policy.is_admin(sb.identity.roles(clicked.user)):
+    if not sb.rt.policy.is_admin(clicked.roles(sb)):
         log.warning("demo_save_refused", user=clicked.user, run_id=run_id)
         tell(client, clicked, m.DEMO_ADMINS_ONLY)
         return
@@ -716,15 +770,15 @@ def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) ->
     elif parsed.verb == "error":
         answer(client, asked, text=parsed.error)
     elif parsed.verb == "runs":
-        admin = sb.rt.policy.is_admin(sb.identity.roles(user))
+        admin = sb.rt.policy.is_admin(sb.identity.roles(user, asked.team))
         blocks = runs_listing(sb.rt, parsed, user, admin)
         answer(client, asked, text=m.RUNS_FALLBACK, blocks=blocks)
     elif parsed.verb == "run" and parsed.run_id:
-        problem = show_run(sb, client, parsed.run_id, user, asked.trigger_id)
+        problem = show_run(sb, client, parsed.run_id, user, asked.team, asked.trigger_id)
         if problem:
             answer(client, asked, text=problem)
     elif parsed.verb == "cancel" and parsed.run_id:
-        answer(client, asked, text=cancel_run(sb, parsed.run_id, user))
+        answer(client, asked, text=cancel_run(sb, parsed.run_id, user, asked.team))
     log.info("command", verb=parsed.verb, user=user, channel=asked.channel)
 
 
@@ -733,6 +787,7 @@ class Asked:
     """A slash command: who typed it where, every id checked."""
 
     user: str
+    team: str
     channel: str
     text: str
     trigger_id: str
@@ -749,6 +804,7 @@ class Asked:
         url = command.get("response_url")
         return cls(
             user=user,
+            team=user_team(command)[:64],
             channel=channel,
             text=text,
             trigger_id=ids.shaped(ids.TRIGGER, command.get("trigger_id")) or "",
@@ -773,3 +829,76 @@ def answer(
             raise
         log.info("command_answer_via_response_url", error=exc.response.get("error"))
         WebhookClient(url).send(text=text, blocks=blocks, response_type="ephemeral")
+
+
+# -- the installation going away -------------------------------------------------------------------
+
+
+@boundary
+def on_installation_gone(event: dict[str, Any], body: dict[str, Any], sb: Bot) -> None:
+    """`app_uninstalled`, or `tokens_revoked` naming a bot token (ours: Slack sends it to
+    the app whose tokens they were): stop posting to that workspace, cancel its runs in
+    flight and withdraw their pending approvals, so nothing waits on people who can no
+    longer see it. User tokens alone do not matter: Switchboard holds none."""
+    why = str(event.get("type"))
+    tokens = event.get("tokens")
+    if why == "tokens_revoked" and not (isinstance(tokens, dict) and tokens.get("bot")):
+        log.info("slack_user_tokens_revoked", team=team_of(body))
+        return
+    team = team_of(body)
+    sb.installations.revoke(team, why)
+    runs = [
+        run
+        for status in IN_FLIGHT
+        for run in sb.rt.store.recent(status=status, limit=SCAN)
+        if run.origin.get("surface") == "slack" and run.origin.get("team", "") in ("", team)
+    ]
+    for run in runs:
+        service.request_cancel(sb.rt, run, by=why)
+    ours = {run.id for run in runs}
+    withdrawn = 0
+    for request in sb.rt.approvals.pending(limit=SCAN):
+        if request.run_id in ours:
+            decision = sb.rt.approvals.withdraw(request.id, m.WITHDRAWN_UNINSTALLED)
+            if decision.won:
+                sb.rt.cancel_expiry(request.id)
+                withdrawn += 1
+    log.warning("slack_installation_gone", why=why, team=team, runs=len(runs), approvals=withdrawn)
+
+
+# -- everything no listener above claims ------------------------------------------------------
+
+
+def on_other_event(event: dict[str, Any]) -> None:
+    """Events we do not act on (Bolt has acked them): `member_joined_channel`,
+    `channel_shared`, `team_access_granted`, ..."""
+    log.info("event_ignored", type=str(event.get("type"))[:60])
+
+
+def on_other_interaction(ack: Ack, body: dict[str, Any]) -> None:
+    """A button of an older build, another app's shortcut, a modal that is not ours."""
+    ack()
+    log.info("interaction_ignored", type=str(body.get("type"))[:40], id=interaction_id(body))
+
+
+def on_other_options(ack: Ack, body: dict[str, Any]) -> None:
+    ack(options=[])
+    log.info("interaction_ignored", type=str(body.get("type"))[:40], id=interaction_id(body))
+
+
+def on_other_command(ack: Ack, command: dict[str, Any]) -> None:
+    name = str(command.get("command"))[:40]
+    ack(text=m.COMMAND_NOT_OURS.format(command=escape(name), ours=COMMAND))
+    log.info("command_ignored", command=name)
+
+
+def interaction_id(body: dict[str, Any]) -> str:
+    """The action_id, callback_id or view callback_id, for the log."""
+    actions = body.get("actions")
+    found = (
+        (actions[0].get("action_id") if isinstance(actions, list) and actions else None)
+        or body.get("action_id")
+        or body.get("callback_id")
+        or dig(body, "view", "callback_id")
+    )
+    return str(found)[:80]

@@ -87,6 +87,15 @@ CANCELLED_BY = "{user} cancelled the run"
 CARD_HEADER = "Approval needed: {tool}"
 CARD_ASKED = "{user} asked to run *{tool}*: {description}"
 CARD_ARGS_CUT = "_Some values are cut. Use Show all to read them in full._"
+CARD_BIDI = (
+    ":warning: *The arguments contain invisible text-direction characters* (shown as "
+    "`\\u202e` and the like). They can make text read differently from what runs; "
+    "check every value with Show all before approving."
+)
+ARGS_TOO_LARGE = (
+    "_These arguments are too large to show in Slack. Read them with "
+    "`switchboard approvals show {approval_id}` before deciding._"
+)
 CARD_WHO = "Who may decide: {approvers} · Expires {expires}"
 CARD_FROM_THREAD = "From a run in {channel}."
 CARD_FALLBACK = "Approval needed: {user} asked to run {tool}"
@@ -111,6 +120,7 @@ CANCEL_ALREADY_ENDED = "Run `{run_id}` has already ended."
 RUN_NOT_FOUND = "I can't find run `{run_id}`. Runs are kept for a limited time."
 RUN_NOT_YOURS = "You can only look at your own runs; run `{run_id}` is someone else's."
 ARGS_NOT_YOURS = "Only the requester, the people who may decide and admins can see these."
+WITHDRAWN_UNINSTALLED = "the Slack app was removed from the workspace"
 
 # -- demonstrations (admins, from the run modal) ---------------------------------------------------
 
@@ -141,6 +151,10 @@ EMPTY_MENTION = (
     "Ask me a question after the mention, e.g. `@Switchboard what does SQL Basics cost?`"
 )
 SUBMIT_FAILED = ":x: I couldn't start on that because of an internal problem. Please try again."
+EXTERNAL_CANNOT_ASK = (
+    "Sorry, Switchboard only takes questions from members of this workspace, "
+    "not from people in other organisations."
+)
 
 ASSISTANT_GREETING = (
     "Hi! Ask me a question. Anything that changes something needs a person's OK first."
@@ -167,6 +181,7 @@ HELP = (
     "• `/switchboard help`: this message"
 )
 COMMAND_UNKNOWN = "I don't know `{word}`. Try `/switchboard help`."
+COMMAND_NOT_OURS = "Switchboard has no `{command}` command. Try `{ours} help`."
 COMMAND_TOO_LONG = "That command is too long. Try `/switchboard help`."
 COMMAND_BAD_ID = "`{text}` doesn't look like a run id (they look like `r18c2f3a9b1c2d3e4f5`)."
 COMMAND_NEEDS_ID = "Which run? Use `/switchboard {verb} ID`."

@@ -2,6 +2,9 @@
 
 Anything the model, a tool or a person wrote is escaped before it lands in a block, so it
 cannot ping `<!channel>`/`<!here>`, mention people or forge links; only the bot adds those.
+A Markdown link becomes a Slack link only when its label does not name another address
+than it opens, and values shown as code (tool arguments) have their bidirectional control
+characters written out (`\u202e`), so what an approver reads is what runs.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import re
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from bot import ids
 
@@ -19,6 +23,17 @@ _UNDERLINE_BOLD = re.compile(r"__(?=\S)(.+?)(?<=\S)__")
 _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$", re.MULTILINE)
 _FENCE = "```"
+# Unicode's bidirectional controls: embeddings, overrides, isolates, LRM/RLM and ALM. They
+# reorder how text is displayed ("Trojan Source"), so a value can read unlike what it is.
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
+# what a reader takes for an address in a link's label: a scheme, or a dotted host name
+_ADDRESS = re.compile(
+    r"(?:[^\W_][\w+.-]*://)?"  # scheme
+    r"(?:(?:[\w-]+\.)+[^\W\d_]{2,63}|[0-9]{1,3}(?:\.[0-9]{1,3}){3})"  # host name or IPv4
+    r"(?::[0-9]{1,5})?"  # port
+    r"(?:[/?#][^\s]*)?"  # path, query, fragment
+)
 
 
 def escape(text: str) -> str:
@@ -72,13 +87,23 @@ def clock(ts: float) -> str:
 
 
 def code(text: str) -> str:
-    """Inline code: backticks inside would end it early."""
-    return "`" + escape(text.replace("`", "'")) + "`"
+    """Inline code, bidi controls written out: backticks inside would end it early."""
+    return "`" + escape(neutralise_bidi(text.replace("`", "'"))) + "`"
 
 
 def code_block(text: str) -> str:
-    """A preformatted block; a fence inside the text would end it early."""
-    return _FENCE + escape(text.replace(_FENCE, "`\u200b``")) + _FENCE
+    """A preformatted block, bidi controls written out; a fence inside would end it early."""
+    return _FENCE + escape(neutralise_bidi(text).replace(_FENCE, "`\u200b``")) + _FENCE
+
+
+def neutralise_bidi(text: str) -> str:
+    """Every bidirectional control character written out as its JSON escape (`\u202e`):
+    shown raw, it would reorder the text around it on the reader's screen."""
+    return _BIDI.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def has_bidi(text: str) -> bool:
+    return _BIDI.search(text) is not None
 
 
 def pretty_json(value: Any, *, value_limit: int = 300) -> tuple[str, bool]:
@@ -126,8 +151,41 @@ def to_mrkdwn(markdown: str) -> str:
 
 
 def _link(match: re.Match[str]) -> str:
+    """`<url|label>`; just `<url>` (Slack shows the address) when the label names another
+    address than the link opens, e.g. [https://bank.example](https://evil.example)."""
     label, url = match.group(1), match.group(2)
+    if misleading(_unescape(label), _unescape(url)):
+        return f"<{url}>"
     return f"<{url}|{label}>"
+
+
+def misleading(label: str, url: str) -> bool:
+    """Does `label` name an address other than `url`? Another host, or (when the label
+    names a path) another path or query. Unreadable addresses count as other."""
+    try:
+        target = urlsplit(url)
+        for found in _ADDRESS.finditer(label):
+            text = found.group()
+            named = urlsplit(text if "://" in text else "//" + text)
+            if _host(named.netloc) != _host(target.netloc):
+                return True
+            if (named.path.rstrip("/") or named.query or named.fragment) and (
+                named.path.rstrip("/"),
+                named.query,
+                named.fragment,
+            ) != (target.path.rstrip("/"), target.query, target.fragment):
+                return True
+    except ValueError:  # e.g. an unclosed "[" in a host
+        return True
+    return False
+
+
+def _host(netloc: str) -> str:
+    return netloc.rsplit("@", 1)[-1].lower().rstrip(".")
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 def split(text: str, limit: int) -> list[str]:

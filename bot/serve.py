@@ -1,15 +1,22 @@
 """Running the Slack bot: the Bolt app, served over Socket Mode or HTTP (`/slack/events`).
 
-Slack's signature check is always on in HTTP mode (Bolt's RequestVerification); Socket Mode
-needs none, as the connection itself is authenticated with the app-level token.
+In HTTP mode the server checks Slack's signature on the raw body before it reads anything
+(`bot.signature`; 401 otherwise), then the envelope (`bot.envelope`; 400), and Bolt checks
+the signature again (its RequestVerification stays on). Socket Mode needs neither, as the
+connection itself is authenticated with the app-level token. The server holds at most
+`max_connections` connections (one thread each); past that it answers 503 at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import socket
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
@@ -22,8 +29,9 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_bolt.error import BoltError
 from slack_sdk import WebClient
 
-from bot import envelope
+from bot import envelope, signature
 from bot.identity import GROUPS_TTL, Identity, UserGroups
+from bot.installations import Home, Installations
 from bot.listeners import Bot, register
 from bot.surface import SlackSurface, with_rate_limit_retries
 from bot.threads import Threads
@@ -35,6 +43,9 @@ EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 MAX_BODY = 1_000_000  # Slack's payloads are far smaller; a bigger body is not from Slack
 LISTENER_THREADS = 8
+MAX_CONNECTIONS = 64  # open connections (= handler threads); Slack needs an ack within 3 s
+IDLE_SECONDS = 10.0  # an idle keep-alive connection, or a body that stops arriving, is closed
+BUSY_LOG_EVERY = 10.0  # seconds between two `http_busy` warnings while connections are refused
 START_HINT = "check SLACK_BOT_TOKEN (xoxb-...) and SLACK_API_URL"
 
 
@@ -46,8 +57,13 @@ def build_app(
     api_url: str,
     groups_ttl: float = GROUPS_TTL,
     listener_threads: int = LISTENER_THREADS,
+    allowed_teams: Collection[str] = (),
+    allowed_apps: Collection[str] = (),
 ) -> App:
-    """The Bolt app with Switchboard's listeners. Calls `auth.test` once (Bolt does)."""
+    """The Bolt app with Switchboard's listeners. Calls `auth.test` once (Bolt does) and
+    once more to learn which workspace and app it serves (`bot.installations.Home`);
+    `allowed_teams`/`allowed_apps` add workspaces (or Enterprise Grid orgs) and apps whose
+    requests are served too."""
     client = with_rate_limit_retries(WebClient(token=bot_token, base_url=api_url))
     app = App(
         name="switchboard",
@@ -55,13 +71,19 @@ def build_app(
         signing_secret=signing_secret,
         listener_executor=ThreadPoolExecutor(listener_threads, thread_name_prefix="listener"),
     )
+    home = Home.learn(client, teams=allowed_teams, apps=allowed_apps)
+    installations = Installations(rt.redis, rt.settings.namespace, rt.settings.retention)
+    for team in home.own_teams:  # the token works, so the app is installed there (again)
+        installations.restore(team)
     existing = rt.surfaces.get("slack")
     surface = existing if isinstance(existing, SlackSurface) else SlackSurface(client, rt)
     sb = Bot(
         rt=rt,
-        identity=Identity(rt.policy, UserGroups(client, ttl=groups_ttl)),
+        identity=Identity(rt.policy, UserGroups(client, ttl=groups_ttl), home),
         threads=Threads(rt.redis, rt.settings.namespace, rt.settings.retention),
         surface=surface,
+        home=home,
+        installations=installations,
     )
     register(app, sb)
     return app
@@ -76,6 +98,8 @@ def serve(
     api_url: str,
     http: bool,
     port: int,
+    allowed_teams: Collection[str] = (),
+    allowed_apps: Collection[str] = (),
 ) -> int:
     """Run until SIGINT/SIGTERM. Returns the process exit status."""
     if http and not signing_secret:
@@ -83,13 +107,20 @@ def serve(
     if not http and not app_token:
         raise ValueError("Socket Mode needs SLACK_APP_TOKEN (an xapp- app-level token)")
     try:
-        app = build_app(rt, bot_token=bot_token, signing_secret=signing_secret, api_url=api_url)
+        app = build_app(
+            rt,
+            bot_token=bot_token,
+            signing_secret=signing_secret,
+            api_url=api_url,
+            allowed_teams=allowed_teams,
+            allowed_apps=allowed_apps,
+        )
     except BoltError as exc:  # Bolt checks the token with auth.test at start-up
         log.error("slack_start_failed", error=str(exc)[:300], hint=START_HINT)
         return 2
     stop_on_sigterm()
     if http:
-        server = SlackHTTPServer(app, rt, ("0.0.0.0", port))
+        server = SlackHTTPServer(app, rt, ("0.0.0.0", port), signing_secret=signing_secret)
         log.info("bot_started", mode="http", port=server.port, path=EVENTS_PATH)
         try:
             server.serve_forever()
@@ -121,24 +152,86 @@ def stop_on_sigterm() -> None:
 
 
 class SlackHTTPServer(ThreadingHTTPServer):
-    """`POST /slack/events` into Bolt's `dispatch`; `GET /healthz` checks Redis."""
+    """`POST /slack/events` into Bolt's `dispatch`; `GET /healthz` checks Redis.
+
+    One thread per connection, at most `max_connections` at once: a connection past that
+    gets a 503 (Slack retries events later) instead of another thread. A client that goes
+    away mid-request is logged in one quiet line, not with a traceback."""
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # listen() backlog: a burst must not drop connections
 
-    def __init__(self, app: App, rt: Runtime, address: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        app: App,
+        rt: Runtime,
+        address: tuple[str, int],
+        *,
+        signing_secret: str,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        if not signing_secret:
+            raise ValueError("the HTTP server needs the signing secret to verify Slack's requests")
         self.app = app
         self.rt = rt
+        self.signing_secret = signing_secret
+        self.max_connections = max_connections
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self._busy = 0  # connections refused since the last `http_busy` warning
+        self._busy_logged = float("-inf")
         super().__init__(address, _Handler)
 
     @property
     def port(self) -> int:
         return int(self.server_address[1])
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # the thread did not start: its slot is free again
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def refuse_busy(self, request: socket.socket) -> None:
+        """Answer 503 without a thread (a small write the socket buffer takes at once)."""
+        self._busy += 1
+        now = time.monotonic()
+        if now - self._busy_logged >= BUSY_LOG_EVERY:
+            log.warning("http_busy", refused=self._busy, max_connections=self.max_connections)
+            self._busy, self._busy_logged = 0, now
+        with contextlib.suppress(OSError):  # it went away already: nothing to answer
+            request.settimeout(0.5)
+            request.sendall(BUSY_RESPONSE)
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints a traceback to stderr; a client that hung up is not an error."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # reset, broken pipe, timeout, TLS cut short
+            log.info("http_connection_aborted", error=type(error).__name__)
+            return
+        log.exception("http_request_failed")
+
+
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 17\r\nConnection: close\r\n\r\n{"error": "busy"}'
+)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    timeout = 60.0  # a client that announces a body and never sends it frees its thread
+    timeout = IDLE_SECONDS  # an idle connection, or a body that never arrives, frees its thread
     disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall on small responses
     server: SlackHTTPServer
 
@@ -160,9 +253,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(413, {"error": "request too large"})
             return
         try:
-            body = self.rfile.read(length).decode("utf-8", "replace")
+            raw = self.rfile.read(length)
         except OSError:  # the client went away, or sent less than it announced (timeout)
             self.close_connection = True
+            return
+        unsigned = signature.problem(
+            self.server.signing_secret,
+            self.headers.get_all("X-Slack-Request-Timestamp") or [],
+            self.headers.get_all("X-Slack-Signature") or [],
+            raw,
+        )
+        if unsigned:  # before anything reads the body: nobody else's bytes get parsed
+            log.warning("request_unsigned", problem=unsigned, size=length)
+            self._send(401, {"error": "invalid signature"})
+            return
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning("request_malformed", problem="not UTF-8", size=length)
+            self._send(400, {"error": "malformed request"})
             return
         content_type = (self.headers.get("Content-Type") or "").split(";")[0] or None
         payload = envelope.parse(body, content_type)

@@ -2,7 +2,8 @@
 
 Called by the worker that holds the run's lease. Nothing here may end a run: every entry
 point logs a failure and returns. Keys this surface reads from `run.origin` (set by the
-listeners): `channel`, `thread_ts`, `assistant` ("1" in an assistant thread); it writes
+listeners): `channel`, `thread_ts`, `assistant` ("1" in an assistant thread), `team` (the
+workspace: nothing is posted where the app was uninstalled, `bot.installations`); it writes
 `status_ts`, the ts of the one status message it keeps updating.
 """
 
@@ -22,8 +23,16 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from approvals import ApprovalRequest
 from bot import messages as m
-from bot.blocks import Message, answer_messages, approval_card, outcome_text, status_final
+from bot.blocks import (
+    Message,
+    answer_messages,
+    approval_card,
+    is_high_risk,
+    outcome_text,
+    status_final,
+)
 from bot.blocks import status_working as status_working_message
+from bot.installations import Installations
 from bot.mrkdwn import channel as channel_link
 from bot.throttle import Throttle
 from tools import Tool
@@ -73,6 +82,7 @@ class SlackSurface:
     ) -> None:
         self.client = with_rate_limit_retries(client)
         self.rt = rt
+        self.installations = Installations(rt.redis, rt.settings.namespace, rt.settings.retention)
         self.throttle = Throttle(update_interval)
         self.status_refresh = status_refresh
         self._refreshers: dict[str, threading.Timer] = {}
@@ -86,12 +96,19 @@ class SlackSurface:
         for timer in timers:
             timer.cancel()
 
+    def gone(self, run: Run) -> bool:
+        """Was the app uninstalled from (or its token revoked in) the run's workspace?"""
+        gone = self.installations.revoked(run.origin.get("team", ""))
+        if gone:
+            log.info("slack_not_posted", run_id=run.id, team=run.origin.get("team"))
+        return gone
+
     # -- progress -----------------------------------------------------------------------------
 
     @never_raises
     def progress(self, run: Run, text: str) -> None:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
-        if not channel or not thread_ts:
+        if not channel or not thread_ts or self.gone(run):
             return
         if run.origin.get("assistant"):
             status = m.ASSISTANT_STATUS.format(text=text)
@@ -162,6 +179,8 @@ class SlackSurface:
 
     @never_raises
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
+        if self.gone(run):
+            return
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         if channel:
             card = self.card(request, tool.description)
@@ -195,21 +214,19 @@ class SlackSurface:
         tool = self.rt.registry.get(request.tool)
         if description is None:
             description = tool.description if tool is not None else ""
-        try:
-            high_risk = self.rt.policy.rule(request.tool).high_risk
-        except KeyError:  # the tool is gone since: its card can only be shown, not approved
-            high_risk = True
         return approval_card(
             request,
             description=description,
             approvers=self.rt.policy.approvers_text(request.tool),
-            high_risk=high_risk,
+            high_risk=is_high_risk(self.rt.policy, request.tool),
             elsewhere=elsewhere,
             outcome=outcome,
         )
 
     @never_raises
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
+        if self.gone(run):
+            return
         reason = run.reason  # not set yet when the loop withdraws a cancelled run's requests
         if reason is None and self.rt.store.cancel_requested_by(run.id):
             reason = EndReason.CANCELLED
@@ -246,7 +263,7 @@ class SlackSurface:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         self._stop_status(run.id)
         sending = self.throttle.close(run.id)
-        if not channel or not thread_ts:
+        if not channel or not thread_ts or self.gone(run):
             return
         cancelled_by = None
         if run.reason == EndReason.CANCELLED:

@@ -9,7 +9,6 @@ from typing import Any
 from approvals import ApprovalRequest
 from bot import messages as m
 from bot.blocks import (
-    APPROVE,
     REJECT,
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
@@ -18,6 +17,7 @@ from bot.blocks import (
     SHOW_ARGS,
     VIEW_RUN,
     actions,
+    approve_button,
     button,
     context,
     divider,
@@ -32,7 +32,9 @@ from bot.mrkdwn import (
     date,
     duration,
     escape,
+    has_bidi,
     mention,
+    neutralise_bidi,
     one_line,
     plain,
     split,
@@ -44,6 +46,8 @@ from worker.run import Run
 MAX_VIEW_BLOCKS = 100
 MAX_EVENT_BLOCKS = 80
 EVENT_TEXT = 1500  # per event block: 80 of them stay far below 250 kB
+ARGS_PIECE = 2800  # per section of the Show all modal, fences included
+ARGS_MODAL_CHARS = 200_000  # a modal's JSON must stay under Slack's 250 kB
 REASON_MAX = 500
 HOME_RUNS = 15
 HOME_APPROVALS = 10
@@ -92,16 +96,22 @@ def reject_modal(request: ApprovalRequest, metadata: str) -> dict[str, Any]:
 
 
 def args_modal(request: ApprovalRequest) -> dict[str, Any]:
-    full = json.dumps(request.args, indent=2, ensure_ascii=False, default=str)
-    pieces = split(escape(full), 2800)
+    """Every argument in full: indented JSON, or compact JSON when indenting would not fit
+    in a modal (deep nesting); bidi controls written out and flagged as on the card. A tool's
+    arguments are at most 32 KiB of JSON (tools.decode), which always fits compact."""
     blocks = [section(f"*{escape(request.tool)}* · {mention(request.requester)}")]
-    budget = 200_000
-    for piece in pieces[: MAX_VIEW_BLOCKS - 2]:
-        budget -= len(piece)
-        if budget < 0:
-            blocks.append(section(m.ANSWER_CUT))
-            break
-        blocks.append(section("```" + piece.replace("```", "`\u200b``") + "```"))
+    shown = json.dumps(request.args, ensure_ascii=False, default=str)
+    if has_bidi(shown):
+        blocks.append(section(m.CARD_BIDI))
+    room = MAX_VIEW_BLOCKS - len(blocks)
+    for indent in (2, None):
+        full = json.dumps(request.args, indent=indent, ensure_ascii=False, default=str)
+        text = escape(neutralise_bidi(full)).replace("```", "`\u200b``")
+        pieces = split(text, ARGS_PIECE)
+        if len(pieces) <= room and len(text) <= ARGS_MODAL_CHARS:
+            blocks += [section("```" + piece + "```") for piece in pieces]
+            return modal(m.MODAL_ARGS_TITLE, blocks)
+    blocks.append(section(m.ARGS_TOO_LARGE.format(approval_id=request.id)))
     return modal(m.MODAL_ARGS_TITLE, blocks)
 
 
@@ -290,7 +300,9 @@ def runs_blocks(title: str, runs: list[Run], note: str = "") -> list[dict[str, A
     return blocks
 
 
-def approval_line(request: ApprovalRequest, *, buttons: bool) -> list[dict[str, Any]]:
+def approval_line(
+    request: ApprovalRequest, *, buttons: bool, high_risk: bool = True
+) -> list[dict[str, Any]]:
     text = m.HOME_WAITING_LINE.format(
         user=mention(request.requester),
         tool=escape(request.tool),
@@ -302,7 +314,7 @@ def approval_line(request: ApprovalRequest, *, buttons: bool) -> list[dict[str, 
     return [
         section(text),
         actions(
-            button(m.APPROVE, APPROVE, request.id, style="primary"),
+            approve_button(request, high_risk=high_risk),
             button(m.REJECT, REJECT, request.id, style="danger"),
             button(m.SHOW_ALL, SHOW_ARGS, request.id),
             block_id=f"sb_home_{request.id}"[:255],
@@ -318,6 +330,7 @@ def home_view(
     mine: list[Run],
     waiting: list[ApprovalRequest],
     admin: bool,
+    high_risk: frozenset[str] = frozenset(),
     recent: list[Run] | None = None,
     pending: list[ApprovalRequest] | None = None,
     failures: list[Run] | None = None,
@@ -328,7 +341,7 @@ def home_view(
     if not waiting:
         blocks.append(context(m.HOME_WAITING_NONE))
     for request in waiting[:HOME_APPROVALS]:
-        blocks += approval_line(request, buttons=True)
+        blocks += approval_line(request, buttons=True, high_risk=request.tool in high_risk)
     if len(waiting) > HOME_APPROVALS:
         blocks.append(context(m.HOME_MORE.format(count=len(waiting) - HOME_APPROVALS)))
     blocks += [divider(), section(f"*{m.HOME_MINE}*")]

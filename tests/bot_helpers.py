@@ -4,16 +4,21 @@ port, FakeSlack as the Web API, a real runtime (Redis, RQ SimpleWorker, FakeOpen
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import redis
+import structlog
+from slack_bolt import App
 from slack_sdk import WebClient
 
+from bot.blocks import APPROVE
 from bot.serve import LISTENER_THREADS, SlackHTTPServer, build_app
 from bot.surface import SlackSurface
 from tests.fakes.slack_server import (
@@ -21,6 +26,7 @@ from tests.fakes.slack_server import (
     SignedResponse,
     block_actions,
     event_callback,
+    form_payload,
     send_signed,
     slash_command,
 )
@@ -90,6 +96,15 @@ class BotEnv:
     def work(self) -> None:
         work(self.rt)
 
+    def settle(self) -> None:
+        """Wait until every listener started so far has finished: one task per listener
+        thread, all waiting for each other, can only all run once nothing else does."""
+        executor = self.server.app.listener_runner.listener_executor
+        size = executor._max_workers  # type: ignore[attr-defined]
+        barrier = threading.Barrier(size)
+        for done in [executor.submit(barrier.wait, 10) for _ in range(size)]:
+            done.result(timeout=15)
+
     def runs(self) -> list[Run]:
         return self.rt.store.recent(limit=100)
 
@@ -109,9 +124,13 @@ def bot_env(
     *,
     policy: str = POLICY,
     listener_threads: int = LISTENER_THREADS,
+    allowed_teams: tuple[str, ...] = (),
+    allowed_apps: tuple[str, ...] = (),
+    **server_options: Any,
 ) -> Iterator[BotEnv]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policy)
+    fresh_logging()
     rt = make_runtime(conn, model_url, policy_file=policy_file)
     with FakeSlack(usergroups=USERGROUPS) as slack:
         client = WebClient(token=TOKEN, base_url=slack.url)
@@ -123,17 +142,35 @@ def bot_env(
             signing_secret=SECRET,
             api_url=slack.url,
             listener_threads=listener_threads,
+            allowed_teams=allowed_teams,
+            allowed_apps=allowed_apps,
         )
-        server = SlackHTTPServer(app, rt, ("127.0.0.1", 0))
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-        thread.start()
         try:
-            yield BotEnv(rt, slack, server)
+            with serving(app, rt, **server_options) as server:
+                yield BotEnv(rt, slack, server)
         finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(5)
             surface.close()
+
+
+def fresh_logging() -> None:
+    """structlog's defaults again: a test that ran the CLI in this process left it
+    configured for a terminal (switchboard.logs: WARNING and up, loggers cached on first
+    use), and `capture_logs` would see nothing the bot logs at info."""
+    structlog.reset_defaults()
+
+
+@contextmanager
+def serving(app: App, rt: Runtime, **options: Any) -> Iterator[SlackHTTPServer]:
+    """bot.serve's HTTP server for `app` on a free local port, in a thread."""
+    server = SlackHTTPServer(app, rt, ("127.0.0.1", 0), signing_secret=SECRET, **options)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 # -- reading what the bot posted ------------------------------------------------------------------
@@ -185,3 +222,26 @@ def shown_view(slack: FakeSlack, action_id: str, value: str) -> dict[str, Any]:
         if buttons(view["blocks"]).get(action_id) == value:
             return view
     raise AssertionError("unreachable")
+
+
+def card_of(env: BotEnv, mention: dict[str, Any]) -> tuple[str, str]:
+    """Send `mention`, run the worker until the run waits: (approval id, card ts)."""
+    before = len(env.runs())
+    env.event(mention)
+    env.wait_for_runs(before + 1)
+    env.work()
+    card = env.slack.wait_for_call(
+        "chat.postMessage",
+        lambda a: APPROVE in buttons(a.get("blocks") or []) and a["thread_ts"] == mention["ts"],
+    )
+    approval_id = buttons(card["blocks"])[APPROVE]
+    [stored] = env.rt.approvals.get(approval_id).cards
+    return approval_id, stored["ts"]
+
+
+def from_team(form_body: str, user_team: str) -> str:
+    """A click or modal form body as sent for a person whose own team is `user_team`
+    (Slack Connect), in the workspace the payload was sent for."""
+    payload = json.loads(dict(parse_qsl(form_body))["payload"])
+    payload["user"]["team_id"] = user_team
+    return form_payload(payload)

@@ -248,7 +248,8 @@ def test_forged_or_stale_requests_are_refused_and_nothing_is_enqueued(
     assert env.runs() == []
     assert env.rt.queue.count == 0
     assert redis_conn.keys("sb:slack:*") == []
-    assert {c.method for c in env.slack.call_log} == {"auth.test"}  # Bolt's start-up check
+    # start-up only: Bolt checks the token, the bot learns its team and app
+    assert {c.method for c in env.slack.call_log} == {"auth.test", "bots.info"}
 
 
 def test_healthz_and_unknown_paths(env: BotEnv) -> None:

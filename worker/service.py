@@ -175,11 +175,17 @@ def cancel(rt: Runtime, run_id: str, *, by: str, roles: frozenset[str]) -> Cance
         return CancelResult.NOT_FOUND
     if by != run.requester.user_id and not rt.policy.is_admin(roles):
         return CancelResult.NOT_ALLOWED
+    return request_cancel(rt, run, by=by)
+
+
+def request_cancel(rt: Runtime, run: Run, *, by: str) -> CancelResult:
+    """Cancel without a permission check, for a surface acting on its own authority (the
+    Slack app was uninstalled from the run's workspace); `by` is recorded as who asked."""
     if run.status.terminal:
         return CancelResult.ALREADY_ENDED
-    rt.store.request_cancel(run_id, by)
-    rt.events.append(run_id, "cancel_requested", by=by)
-    rt.enqueue_advance(run_id)
+    rt.store.request_cancel(run.id, by)
+    rt.events.append(run.id, "cancel_requested", by=by)
+    rt.enqueue_advance(run.id)
     return CancelResult.CANCELLING
 
 
@@ -206,5 +212,6 @@ __all__ = [
     "decide",
     "may_inspect",
     "pending_for",
+    "request_cancel",
     "submit",
 ]

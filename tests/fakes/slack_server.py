@@ -582,6 +582,25 @@ def _auth_test(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, A
     return answer
 
 
+@_method("bots.info")
+def _bots_info(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
+    """Only our own bot is known. (auth.test does not say which app a token is for.)"""
+    if str(args.get("bot") or "") != fake.bot_id:
+        raise SlackError("bot_not_found")
+    icon = "https://fake-workspace.slack.com/icon.png"
+    return {
+        "bot": {
+            "id": fake.bot_id,
+            "deleted": False,
+            "name": "switchboard",
+            "updated": 1_700_000_000,
+            "app_id": fake.app_id,
+            "user_id": fake.bot_user_id,
+            "icons": {"image_36": icon, "image_48": icon, "image_72": icon},
+        }
+    }
+
+
 @_method("chat.postMessage")
 def _chat_post_message(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
     channel = args.get("channel")
