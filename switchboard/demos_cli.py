@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from switchboard.settings import Config
-from switchboard.wiring import load_tools, open_runtime
+from switchboard.wiring import load_tools, open_runtime, task_library
 from tools import registry
 from worker.demos import (
     DEFAULT_LIBRARY,
@@ -18,6 +18,12 @@ from worker.demos import (
     load_file,
 )
 from worker.runtime import Runtime
+
+NO_SHIPPED_LIBRARY = (
+    "ok: no task library file (SWITCHBOARD_DEMOS is unset, and the shipped one demonstrates "
+    "the built-in sample tools, which are not loaded); demonstrations saved from runs are "
+    "checked when they are accepted"
+)
 
 
 def add_commands(verbs: Any) -> None:
@@ -49,13 +55,16 @@ def _library(config: Config) -> tuple[Runtime, TaskLibrary]:
     rt = open_runtime(config)
     library = getattr(rt.demos, "library", None)  # None when demonstrations are turned off
     if library is None:
-        library = TaskLibrary(rt.redis, config.demos_path, rt.settings.namespace)
+        library = task_library(config, rt)
     return rt, library
 
 
 def cmd_check(config: Config, args: argparse.Namespace) -> int:
     """Checks the file without starting the runtime, which would refuse a bad library."""
     load_tools(config)
+    if config.demos_path is None and not config.builtin_tools:
+        print(NO_SHIPPED_LIBRARY)
+        return 0
     path = config.demos_path or DEFAULT_LIBRARY
     try:
         demos = load_file(path)

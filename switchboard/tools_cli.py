@@ -1,10 +1,12 @@
-"""`switchboard tools [check] [--json]`: every registered tool and what the policy grants it.
+"""`switchboard tools [check] [--json]`: every registered tool, where it comes from and what
+the policy grants it.
 
-`tools` lists each tool with its effect, where its rule comes from, who may call it and who
-approves it; a tool the policy file does not grant is shown as disabled. `tools check`
-validates the policy file against the registered tools: it exits 1 when the file has errors
-(the same ones that stop start-up) and prints warnings (a pattern that matches no tool)
-without failing.
+`tools` lists each tool with its effect, where it comes from (a module, or an MCP server),
+the policy entry that applies to it, who may call it and who approves it; a tool the policy
+file does not grant is shown as disabled. `tools check` loads every tool source (imports
+the modules, connects to the MCP servers and lists their tools) and validates the policy
+file against the tools: it exits 1 with one line per problem (the same ones that stop
+start-up) and prints warnings (a pattern that matches no tool) without failing.
 """
 
 from __future__ import annotations
@@ -14,17 +16,20 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchboard import logs
 from switchboard.settings import Config
-from switchboard.wiring import load_policy, load_tools
-from tools import Policy, PolicyError, ToolModuleError, registry
+from switchboard.wiring import check_tools, load_policy, load_tools
+from tools import OperatorError, Policy, PolicyError, registry
+
+if TYPE_CHECKING:
+    from tools.mcp import McpServers
 
 # -- what the operator reads ------------------------------------------------------
 
-HELP = "registered tools and who may call them; `check` validates the policy file"
-CHECK_HELP = "`check` validates the policy file against the registered tools"
+HELP = "registered tools and who may call them; `check` validates tools, MCP servers and policy"
+CHECK_HELP = "`check` loads every tool source and validates the policy file against the tools"
 NO_FILE = "none (SWITCHBOARD_POLICY is unset): the built-in defaults apply"
 BUILT_IN = "built-in default"
 DISABLED = "disabled: no rule in {source}"
@@ -32,13 +37,18 @@ NOBODY = "nobody"
 NO_APPROVAL = "-"
 HIGH_RISK = "high risk"
 LIMITS = "limits {names}"
-HEADER = ("TOOL", "EFFECT", "SOURCE", "MAY CALL", "APPROVERS", "NOTES")
-NO_TOOLS = "no tools are registered (check SWITCHBOARD_TOOLS)"
+HEADER = ("TOOL", "EFFECT", "FROM", "RULE", "MAY CALL", "APPROVERS", "NOTES")
+NO_TOOLS = "no tools are registered (check SWITCHBOARD_TOOLS and SWITCHBOARD_MCP)"
+MCP_LINE = "mcp: {file}: {servers}"
+MCP_SERVER = "{key} ({transport}, {count} tools)"
+TRANSPORTS = {"stdio": "stdio", "http": "streamable HTTP"}
+CHECK_MCP = "ok: {where}: connected over {transport}, {count} tools ({target})"
 CHECK_OK_DEFAULT = (
     "ok: no policy file (SWITCHBOARD_POLICY is unset); the built-in defaults apply: "
     "reads for everyone, writes approved by the requester"
 )
 CHECK_OK = "ok: {source} grants {granted} of {total} registered tools"
+CHECK_NOT_CHECKED = "the policy file was not checked: fix the tool sources first"
 CHECK_FAIL = "FAIL {problem}"
 CHECK_WARNING = "warning: {warning}"
 CHECK_NOTE = "note: {summary}"
@@ -60,16 +70,18 @@ def cmd_tools(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_list(config: Config, args: argparse.Namespace) -> int:
     try:
-        load_tools(config)
-    except ToolModuleError as exc:  # as at start-up; `tools check` reports it as a failure
+        servers = load_tools(config)
+    except OperatorError as exc:  # as at start-up; `tools check` reports it as a failure
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
     policy = load_policy(config)  # a PolicyError is printed by main(), naming the lines
     rows = [tool_entry(policy, name) for name in registry.names()]
     if args.json:
-        print(json.dumps(listing_json(policy, rows), indent=2))
+        print(json.dumps(listing_json(policy, rows, servers), indent=2))
         return 0
     print("policy: " + (NO_FILE if policy.is_default else f"{policy.source} ({policy.version})"))
+    if servers is not None:
+        print(mcp_line(config, servers))
     if not rows:
         print(NO_TOOLS)
         return 0
@@ -84,20 +96,25 @@ def cmd_list(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_check(config: Config, args: argparse.Namespace) -> int:
     """Reports every problem instead of stopping at the first, like `demos check`."""
-    try:
-        load_tools(config)
-        policy = load_policy(config)
-    except (PolicyError, ToolModuleError) as exc:
-        errors = str(exc).splitlines()
-        if args.json:
-            print(json.dumps(check_json(None, errors, config.policy or None), indent=2))
-        else:
-            for problem in errors:
-                print(CHECK_FAIL.format(problem=problem))
-        return 1
+    servers, errors = check_tools(config)
+    tools_loaded = not errors
+    policy = None
+    if tools_loaded:
+        try:
+            policy = load_policy(config)
+        except PolicyError as exc:
+            errors = str(exc).splitlines()
     if args.json:
-        print(json.dumps(check_json(policy, [], config.policy or None), indent=2))
-        return 0
+        print(json.dumps(check_json(policy, errors, config.policy or None, servers), indent=2))
+        return 1 if errors else 0
+    for line in server_lines(servers):
+        print(line)
+    for problem in errors:
+        print(CHECK_FAIL.format(problem=problem))
+    if policy is None:
+        if config.policy and not tools_loaded:
+            print(CHECK_NOTE.format(summary=CHECK_NOT_CHECKED))
+        return 1
     for warning in policy.warnings:
         print(CHECK_WARNING.format(warning=warning))
     summary = policy.disabled_summary()
@@ -123,7 +140,8 @@ def tool_entry(policy: Policy, name: str) -> dict[str, Any]:
     return {
         "name": name,
         "effect": tool.effect,
-        "source": (BUILT_IN if policy.is_default else source) if source else None,
+        "source": tool.source,
+        "rule": (BUILT_IN if policy.is_default else source) if source else None,
         "line": policy.lines.get(source) if source else None,
         "disabled": source is None,
         **rule.to_json(),  # NO_RULE when disabled: nobody may call it
@@ -131,11 +149,11 @@ def tool_entry(policy: Policy, name: str) -> dict[str, Any]:
 
 
 def text_row(policy: Policy, entry: dict[str, Any]) -> tuple[str, ...]:
-    name, effect = entry["name"], entry["effect"]
+    name, effect, origin = entry["name"], entry["effect"], entry["source"]
     if entry["disabled"]:
         disabled = DISABLED.format(source=Path(policy.source).name)  # the path is on top
-        return (name, effect, disabled, NOBODY, NO_APPROVAL, "")
-    source = entry["source"] + (f" (line {entry['line']})" if entry["line"] else "")
+        return (name, effect, origin, disabled, NOBODY, NO_APPROVAL, "")
+    rule = entry["rule"] + (f" (line {entry['line']})" if entry["line"] else "")
     approvers = policy.approvers_text(name) if effect == "write" else NO_APPROVAL
     notes = []
     if entry["high_risk"] and effect == "write":
@@ -143,7 +161,7 @@ def text_row(policy: Policy, entry: dict[str, Any]) -> tuple[str, ...]:
     if entry["constraints"]:
         notes.append(LIMITS.format(names=", ".join(entry["constraints"])))
     allow = ", ".join(entry["allow"]) or NOBODY
-    return (name, effect, source, allow, approvers, "; ".join(notes))
+    return (name, effect, origin, rule, allow, approvers, "; ".join(notes))
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -155,6 +173,48 @@ def table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+# -- MCP servers ----------------------------------------------------------------------
+
+
+def mcp_line(config: Config, servers: McpServers) -> str:
+    described = ", ".join(
+        MCP_SERVER.format(
+            key=s.config.key, transport=TRANSPORTS[s.config.transport], count=len(s.tools)
+        )
+        for s in servers.servers
+    )
+    return MCP_LINE.format(file=config.mcp, servers=described)
+
+
+def server_lines(servers: McpServers | None) -> list[str]:
+    if servers is None:
+        return []
+    return [
+        CHECK_MCP.format(
+            where=s.config.where,
+            transport=TRANSPORTS[s.config.transport],
+            count=len(s.tools),
+            target=s.config.target,
+        )
+        for s in servers.servers
+    ]
+
+
+def servers_json(servers: McpServers | None) -> list[dict[str, Any]]:
+    if servers is None:
+        return []
+    return [
+        {
+            "server": s.config.key,
+            "transport": s.config.transport,
+            "target": s.config.target,
+            "line": s.config.line,
+            "tools": [tool.name for tool in s.tools],
+        }
+        for s in servers.servers
+    ]
+
+
 # -- machine-readable ---------------------------------------------------------------
 
 
@@ -162,19 +222,25 @@ def policy_json(policy: Policy) -> dict[str, Any]:
     return {"file": None if policy.is_default else policy.source, "version": policy.version}
 
 
-def listing_json(policy: Policy, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def listing_json(
+    policy: Policy, rows: list[dict[str, Any]], servers: McpServers | None
+) -> dict[str, Any]:
     return {
         "policy": policy_json(policy),
+        "mcp": servers_json(servers),
         "tools": rows,
         "disabled": policy.disabled_tools(),
         "warnings": list(policy.warnings),
     }
 
 
-def check_json(policy: Policy | None, errors: list[str], file: str | None) -> dict[str, Any]:
+def check_json(
+    policy: Policy | None, errors: list[str], file: str | None, servers: McpServers | None
+) -> dict[str, Any]:
     return {
         "ok": not errors,
         "policy": policy_json(policy) if policy else {"file": file, "version": None},
+        "mcp": servers_json(servers),
         "errors": errors,
         "warnings": list(policy.warnings) if policy else [],
         "disabled": policy.disabled_tools() if policy else [],

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from tests.fakes.openai_server import FakeOpenAI
+from tests.mcp_helpers import NotesServer
 
 if TYPE_CHECKING:
     from tests.bot_helpers import BotEnv
@@ -67,3 +68,20 @@ def env(
 
     with bot_env(redis_conn, model_server.url, tmp_path) as bot:
         yield bot
+
+
+@pytest.fixture
+def notes_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where tests/mcp_server.py keeps its notes and counts its writes (NOTES_DIR)."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    monkeypatch.setenv("NOTES_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def notes_http(notes_dir: Path) -> Iterator[NotesServer]:
+    """tests/mcp_server.py over streamable HTTP on 127.0.0.1 (see tests/mcp_helpers.py)."""
+    server = NotesServer(notes_dir)
+    yield server
+    server.stop()

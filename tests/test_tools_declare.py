@@ -439,3 +439,22 @@ def test_descriptions_written_in_code_win_over_the_docstring() -> None:
         "maxLength": 3,
         "type": "string",
     }
+
+
+def test_a_parameter_of_an_ordinary_class_is_one_clear_line() -> None:
+    class Order:
+        pass
+
+    def refund(order: Order) -> str:
+        """Refund an order.
+
+        Args:
+            order: The order.
+        """
+        return "ok"
+
+    with pytest.raises(ToolDefinitionError) as caught:
+        make_tool(refund, effect="write")
+    message = str(caught.value)
+    assert "parameter 'order' has type Order, which has no JSON schema" in message
+    assert "\n" not in message and "arbitrary_types_allowed" not in message

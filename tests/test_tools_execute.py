@@ -2,14 +2,27 @@
 
 import dataclasses
 import re
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools import Observation, Tool, ToolContext, ToolRegistry, execute, make_tool, register_tool
+from tools import (
+    Observation,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    execute,
+    make_tool,
+    register_tool,
+)
 from tools.execute import cap_text
 
 CTX = ToolContext(user_id="U1", call_id="call_1")
@@ -78,7 +91,9 @@ def test_even_system_exit_in_a_tool_is_an_observation() -> None:
 
 
 @pytest.mark.parametrize("use_executor", [False, True])
-def test_a_slow_tool_times_out(use_executor: bool) -> None:
+def test_a_slow_tool_times_out_and_a_write_says_its_outcome_is_unknown(
+    use_executor: bool,
+) -> None:
     release = threading.Event()
     started = threading.Event()
 
@@ -96,7 +111,90 @@ def test_a_slow_tool_times_out(use_executor: bool) -> None:
         if pool is not None:
             pool.shutdown(wait=True)
     assert started.is_set()
-    assert observation == Observation(ok=False, text="Error: t timed out after 0.2 s")
+    assert observation == Observation(
+        ok=False,
+        text="Error: t timed out after 0.2 s; its outcome is unknown (it may have taken "
+        "effect) and it was not retried",
+    )
+
+
+def test_a_slow_read_times_out() -> None:
+    release = threading.Event()
+    tool = schema_tool(lambda ctx, args: release.wait(30), timeout=0.1, effect="read")
+    try:
+        assert execute(tool, CTX, {}) == Observation(
+            ok=False, text="Error: t timed out after 0.1 s"
+        )
+    finally:
+        release.set()
+
+
+def test_the_runs_deadline_cuts_the_timeout_but_leaves_a_second() -> None:
+    release = threading.Event()
+    tool = schema_tool(lambda ctx, args: release.wait(30), timeout=20, effect="read")
+    soon = dataclasses.replace(CTX, deadline=time.monotonic() - 5)  # already past
+    started = time.monotonic()
+    try:
+        observation = execute(tool, soon, {})
+    finally:
+        release.set()
+    assert observation.text == "Error: t timed out after 1 s"
+    assert 0.9 < time.monotonic() - started < 5
+    assert CTX.time_left(20) == 20  # no deadline: the tool's own timeout
+    later = dataclasses.replace(CTX, deadline=time.monotonic() + 3)
+    assert 2 < later.time_left(20) <= 3 and later.time_left(0.5) == 0.5
+
+
+def test_a_tool_error_reaches_the_model_as_written_without_a_traceback() -> None:
+    def refuse(ctx: ToolContext, args: dict[str, Any]) -> str:
+        raise ToolError("No order 42 exists; list orders with list_orders first.")
+
+    observation = execute(schema_tool(refuse, output_cap=100), CTX, {})
+    assert observation == Observation(
+        ok=False, text="No order 42 exists; list orders with list_orders first."
+    )
+
+
+LOGGED = """
+from tools import ToolContext, ToolError, ToolRegistry, execute, register_tool
+
+def refuse(ctx, args):
+    raise {error}("no order 42")
+
+tool = register_tool(name="t", description="T.", parameters={{"type": "object"}},
+                     handler=refuse, registry=ToolRegistry())
+print(execute(tool, ToolContext(user_id="U1"), {{}}).text)
+"""
+
+
+@pytest.mark.parametrize(
+    ("error", "event", "traceback"),
+    [("ToolError", "tool_error", False), ("KeyError", "tool_failed", True)],
+)
+def test_only_unexpected_errors_are_logged_with_a_traceback(
+    error: str, event: str, traceback: bool
+) -> None:
+    """In a fresh process: this one's structlog may cache loggers, which capture_logs
+    cannot see into."""
+    out = subprocess.run(
+        [sys.executable, "-c", LOGGED.format(error=error)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
+    assert event in out
+    assert ("Traceback" in out) is traceback
+    last = out.strip().splitlines()[-1]
+    assert last == ("no order 42" if error == "ToolError" else "Error: KeyError: 'no order 42'")
+
+
+def test_a_long_tool_error_is_capped_like_any_output() -> None:
+    def refuse(ctx: ToolContext, args: dict[str, Any]) -> str:
+        raise ToolError("x" * 500)
+
+    observation = execute(schema_tool(refuse, output_cap=100), CTX, {})
+    assert not observation.ok and observation.truncated and len(observation.text) <= 100
 
 
 def test_the_executor_is_used_when_given() -> None:

@@ -377,3 +377,23 @@ def test_an_empty_file_grants_nothing(tmp_path: Path, registry: ToolRegistry) ->
     policy = Policy.load(write(tmp_path, "# nothing yet\n"), registry)
     assert policy.allowed_tools({"everyone", "admins"}) == []
     assert policy.disabled_tools() == registry.names()
+
+
+def test_external_people_hold_only_what_the_policy_names_for_them(registry: ToolRegistry) -> None:
+    policy = Policy.parse(
+        """
+tools:
+  calculate: {allow: [everyone, external]}
+  knowledge_lookup: {allow: [everyone]}
+""",
+        registry,
+    )
+    assert "calculate" in policy.allowed_tools({"external"})
+    assert "knowledge_lookup" not in policy.allowed_tools({"external"})  # not `everyone`
+    assert policy.authorize("knowledge_lookup", {"external"}, {}) is not None
+    assert "knowledge_lookup" in policy.allowed_tools(set())
+
+
+def test_external_is_a_built_in_role(registry: ToolRegistry) -> None:
+    with pytest.raises(PolicyError, match="built-in role"):
+        Policy.parse("roles:\n  external: [U1]\n", registry)

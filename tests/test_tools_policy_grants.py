@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tools.builtin
 from tools import Denial, Policy, PolicyError, ToolRegistry, register_tool
-from tools.policy_file import is_pattern, pattern_matches
+from tools.policy_file import is_pattern, most_specific, pattern_matches, specificity
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,16 +178,26 @@ def test_a_pattern_grants_the_tools_it_matches(registry: ToolRegistry) -> None:
     assert not policy.rule("git_log").high_risk
 
 
-def test_an_exact_name_beats_a_pattern_and_the_first_pattern_beats_later_ones(
+def test_an_exact_name_beats_a_pattern_and_a_more_specific_pattern_beats_a_broader_one(
     registry: ToolRegistry,
 ) -> None:
     policy = Policy.parse(PATTERNS, registry)
     assert policy.rule_source("git_push") == "tools.git_push"
     assert policy.rule("git_push").allow == ("admins",)
-    assert policy.rule_source("git_status") == "tools.git_*"  # "*" comes later
+    assert policy.rule_source("git_status") == "tools.git_*"
     assert policy.rule_source("calculate") == "tools.*"
     assert policy.disabled_tools() == []
     assert policy.allowed_tools({"everyone"}) == []
+    # the file's order does not matter: the broad pattern first gives the same rules
+    reordered = PATTERNS.replace('  "*":\n    allow: [admins]\n', "").replace(
+        "tools:\n", 'tools:\n  "*":\n    allow: [admins]\n'
+    )
+    assert reordered != PATTERNS
+    other = Policy.parse(reordered, registry)
+    assert other.version == policy.version
+    assert [other.rule_source(n) for n in registry.names()] == [
+        policy.rule_source(n) for n in registry.names()
+    ]
 
 
 def test_patterns_are_part_of_the_version(registry: ToolRegistry) -> None:
@@ -212,15 +222,58 @@ def test_a_pattern_that_matches_nothing_is_a_warning_not_an_error(
     assert policy.allowed_tools({"everyone"}) == ["knowledge_lookup"]
 
 
-def test_a_pattern_shadowed_by_an_earlier_one_is_a_warning(registry: ToolRegistry) -> None:
+def test_the_most_specific_pattern_wins_wherever_it_is_in_the_file(
+    registry: ToolRegistry,
+) -> None:
     policy = Policy.parse(
-        'tools:\n  "git_*": {}\n  "git_log*": {allow: []}\n', registry, source="policy.yaml"
+        'tools:\n  "git_*": {}\n  "git_log*": {allow: []}\n  "*_status": {allow: []}\n',
+        registry,
+        source="policy.yaml",
     )
+    assert policy.rule_source("git_log") == "tools.git_log*"  # longer literal prefix
+    assert policy.rule("git_log").allow == ()
+    assert policy.rule_source("git_status") == "tools.git_*"  # "git_" beats no prefix at all
+    assert policy.rule("git_status").allow == ("everyone",)
     assert policy.warnings == (
-        "policy.yaml line 3: tools.git_log*: git_log also matches 'git_*' above, which applies "
-        "instead (the first matching pattern applies)",
+        "policy.yaml line 4: tools.*_status: grants nothing: every tool it matches "
+        "(git_status) has a more specific entry (tools.git_*), which applies instead (the "
+        "most specific entry applies)",
     )
-    assert policy.rule("git_log").allow == ("everyone",)
+
+
+@pytest.mark.parametrize(
+    ("patterns", "name", "winner"),
+    [
+        (["git_*", "git_diff*"], "git_diff_staged", "git_diff*"),  # longer literal prefix
+        (["git_*", "git_*_log"], "git_x_log", "git_*_log"),  # same prefix, more literals
+        (["git_*?*", "git_*"], "git_log", "git_*"),  # same literals, fewer wildcards
+        (["*_log", "git_*"], "git_log", "git_*"),  # a prefix beats a suffix
+        (["[gh]it_*", "g*"], "git_log", "g*"),  # a class is a wildcard, not a literal
+        (["*", "git_log"], "git_log", "git_log"),  # no wildcard at all: most specific
+    ],
+)
+def test_specificity_is_literal_prefix_then_literals_then_fewer_wildcards(
+    patterns: list[str], name: str, winner: str
+) -> None:
+    assert most_specific(patterns, name) == winner
+    assert most_specific(list(reversed(patterns)), name) == winner
+
+
+def test_equally_specific_patterns_that_match_one_tool_are_an_error_naming_both_lines(
+    registry: ToolRegistry,
+) -> None:
+    text = 'tools:\n  "[gh]it_log": {}\n  "git_?og": {}\n  "git_[l]og": {}\n'
+    assert specificity("git_?og") == specificity("git_[l]og") == (4, 6, -1)
+    with pytest.raises(PolicyError) as caught:
+        Policy.parse(text, registry, source="policy.yaml")
+    assert str(caught.value) == (
+        "policy.yaml lines 3 and 4: tools.git_?og and tools.git_[l]og both match git_log and "
+        "are equally specific, so neither can apply; make one more specific (a longer "
+        "literal prefix), or give git_log an entry of its own"
+    )
+    # the tool's own entry settles it, and patterns that never meet are not a problem
+    Policy.parse(text + "  git_log: {}\n", registry)
+    Policy.parse('tools:\n  "git_l*": {}\n  "git_s*": {}\n', registry)
 
 
 @pytest.mark.parametrize(
@@ -312,3 +365,22 @@ def test_any_tools_key_loads_or_fails_with_a_policy_error(key: str) -> None:
         source = policy.rule_source(name)
         granted = name == key or (is_pattern(key) and pattern_matches(key, name))
         assert source == (f"tools.{key}" if granted else None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(patterns=st.lists(pattern_text, min_size=1, max_size=6, unique=True), name=names)
+def test_the_most_specific_match_wins_whatever_the_order_of_the_entries(
+    patterns: list[str], name: str
+) -> None:
+    matching = [p for p in patterns if pattern_matches(p, name)]
+    winner = most_specific(patterns, name)
+    assert (winner is None) == (not matching)
+    if winner is None:
+        return
+    assert all(specificity(p) <= specificity(winner) for p in matching)
+    equals = [p for p in matching if specificity(p) == specificity(winner)]
+    if len(equals) == 1:  # no tie (a tie is a start-up error): the order does not matter
+        assert most_specific(list(reversed(patterns)), name) == winner
+    for pattern in matching:  # the tool's own name is more specific than any pattern
+        if is_pattern(pattern):
+            assert specificity(pattern) < specificity(name)

@@ -78,18 +78,27 @@ def test_builtin_load_is_idempotent() -> None:
     assert tools.builtin.load(local) == BUILTIN_NAMES
     assert tools.builtin.load(local) == BUILTIN_NAMES
     assert local.names() == BUILTIN_NAMES
-    for name in BUILTIN_NAMES:
-        assert name in registry  # importing tools.builtin registered them globally
+
+
+def test_importing_the_builtins_registers_nothing_listing_them_does() -> None:
+    local = ToolRegistry()
+    importlib.import_module("tools.builtin.tickets")
+    load_modules(["tools.builtin.calculator"], local)  # its TOOLS: just the calculator
+    assert local.names() == ["calculate"]
+    load_modules("tools.builtin", local)  # SWITCHBOARD_TOOLS=tools.builtin
+    assert local.names() == BUILTIN_NAMES
 
 
 def test_reimporting_builtins_does_not_raise() -> None:
+    local = ToolRegistry()
+    tools.builtin.load(local)
     importlib.reload(tools.builtin.calculator)
     importlib.reload(tools.builtin)
-    assert [name for name in registry.names() if name in BUILTIN_NAMES] == BUILTIN_NAMES
-    load_modules(["tools.builtin", "tools.builtin"])
+    load_modules(["tools.builtin", "tools.builtin"], local)
+    assert local.names() == BUILTIN_NAMES
 
 
-def test_a_different_tool_with_a_builtin_name_conflicts() -> None:
+def test_a_different_tool_with_a_builtin_name_conflicts_and_the_error_names_both() -> None:
     local = ToolRegistry()
 
     def calculate(expression: str) -> str:
@@ -97,8 +106,39 @@ def test_a_different_tool_with_a_builtin_name_conflicts() -> None:
         return expression
 
     local.register(make_tool(calculate, effect="read"))
-    with pytest.raises(DuplicateToolError, match="built-in tool 'calculate'"):
+    with pytest.raises(DuplicateToolError) as caught:
         tools.builtin.load(local)
+    assert str(caught.value).startswith(
+        f"a tool named 'calculate' is already registered by module {__name__}; "
+        "module tools.builtin.calculator declares one too."
+    )
+
+
+def test_an_operators_tool_named_like_a_builtin_loads_when_builtins_are_not_asked_for(
+    module_dir: Path,
+) -> None:
+    (module_dir / "sb_test_retail.py").write_text(
+        textwrap.dedent(
+            """
+            from tools import ToolRegistry, register_tool
+
+            LOCAL = ToolRegistry()
+            register_tool(
+                name="calculate",
+                description="The retail benchmark's calculator.",
+                parameters={"type": "object", "properties": {"expression": {"type": "string"}}},
+                effect="read",
+                handler=lambda ctx, args: "0",
+                registry=LOCAL,
+            )
+            TOOLS = tuple(LOCAL)
+            """
+        )
+    )
+    local = ToolRegistry()
+    load_modules("sb_test_retail", local)
+    assert local.names() == ["calculate"]
+    assert local.get("calculate").source == "module sb_test_retail"
 
 
 @pytest.fixture

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+
+MIN_CALL_SECONDS = 1.0  # a call started near the run's deadline still gets this long
 
 
 @dataclass(frozen=True)
@@ -11,6 +14,8 @@ class ToolContext:
 
     `idempotency_key` is set for writes (the approval id): a write tool uses it
     to make sure its effect happens at most once however often it is retried.
+    `deadline` is when the run's time is up, as a `time.monotonic()` value of
+    this process (None: no deadline); `execute` cuts the tool's timeout to it.
     """
 
     user_id: str
@@ -20,3 +25,11 @@ class ToolContext:
     run_id: str = ""
     call_id: str = ""
     idempotency_key: str | None = None
+    deadline: float | None = None
+
+    def time_left(self, timeout: float) -> float:
+        """Seconds this call may take: the tool's `timeout`, cut to the run's deadline, but
+        never below MIN_CALL_SECONDS (as the loop does for a model call near the deadline)."""
+        if self.deadline is None:
+            return timeout
+        return min(timeout, max(MIN_CALL_SECONDS, self.deadline - time.monotonic()))

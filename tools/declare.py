@@ -16,9 +16,9 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar, get_args, get_origin, overload
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic import ValidationError as PydanticValidationError
-from pydantic.errors import PydanticUserError
+from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from pydantic.fields import FieldInfo
 
 from tools.context import ToolContext
@@ -248,10 +248,27 @@ class _Signature:
                 __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
                 **fields,
             )
+        except PydanticSchemaGenerationError as error:
+            raise ToolDefinitionError(self._untyped(tool_name)) from error
         except (PydanticUserError, TypeError, ValueError) as error:
             raise ToolDefinitionError(
                 f"tool {tool_name}: unsupported signature: {error}"
             ) from error
+
+    def _untyped(self, tool_name: str) -> str:
+        """Which parameter has a type with no JSON schema, in one line (pydantic's own message
+        suggests `arbitrary_types_allowed`, which would not help: the model needs a schema)."""
+        for parameter, hint in self.parameters:
+            try:
+                TypeAdapter(hint)
+            except PydanticSchemaGenerationError:
+                name = getattr(hint, "__name__", repr(hint))
+                return (
+                    f"tool {tool_name}: parameter {parameter.name!r} has type {name}, which has "
+                    "no JSON schema; use str, int, float, bool, a list or dict of them, a "
+                    "Literal, an Enum, a TypedDict, a dataclass or a pydantic model"
+                )
+        return f"tool {tool_name}: a parameter's type has no JSON schema"
 
     def handler(
         self,

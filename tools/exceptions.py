@@ -1,18 +1,21 @@
 """Errors raised by the tool library.
 
-Three families, as in pydantic-ai: errors the *model* reads (`ArgumentError`),
-errors an *operator or developer* must fix at start-up (`OperatorError` and its
-subclasses `ToolDefinitionError`, `DuplicateToolError`, `ToolModuleError`,
-`PolicyError`; other packages add theirs), and everything a tool raises while
-running, which `execute` turns into an error observation.
+Three families, as in pydantic-ai: errors the *model* reads (`ArgumentError`, and
+`ToolError`, which a tool raises on purpose), errors an *operator or developer* must fix
+at start-up (`OperatorError` and its subclasses; other packages add theirs), and
+everything else a tool raises while running, which `execute` turns into an error
+observation with the exception's type and a logged traceback.
 
     Exception
     ├── ArgumentError (ValueError)          the model reads it
+    ├── ToolError                           the model reads it as written; no traceback logged
     └── OperatorError                       the command line prints it, one line, exit 2
         ├── ToolDefinitionError
         │   └── DuplicateToolError
         ├── ToolModuleError
-        └── PolicyError
+        ├── PolicyError
+        ├── McpConfigError                  the SWITCHBOARD_MCP file is invalid
+        └── McpServerError                  an MCP server cannot be reached or listed
 """
 
 from __future__ import annotations
@@ -42,6 +45,22 @@ class ArgumentError(ValueError):
         return str(self.args[0])
 
 
+class ToolError(Exception):
+    """Raised by a tool to tell the model why its call failed, in words meant for the model.
+
+    The message becomes the observation as written (capped like any output) and is logged
+    without a traceback: it is an expected failure ("no order 42"), not a bug. Anything else
+    a tool raises is reported as `Error: <type>: <message>` and logged with its traceback.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
 class OperatorError(Exception):
     """A configuration problem the operator can fix. The message says what is wrong, where,
     and how to fix it; the command line prints it without a traceback."""
@@ -61,3 +80,12 @@ class ToolModuleError(OperatorError, ImportError):
 
 class PolicyError(OperatorError, ValueError):
     """The permission policy file is invalid; the message says where and what to fix."""
+
+
+class McpConfigError(OperatorError, ValueError):
+    """The MCP servers file (SWITCHBOARD_MCP) is invalid; the message names the line."""
+
+
+class McpServerError(OperatorError):
+    """An MCP server could not be started, reached or listed, or its tools cannot be
+    registered as configured; the message names the server and what to check."""

@@ -16,7 +16,7 @@ import structlog
 from pydantic import BaseModel
 
 from tools.context import ToolContext
-from tools.exceptions import bounded
+from tools.exceptions import ToolError, bounded
 from tools.registry import Tool
 
 log = structlog.get_logger(__name__)
@@ -47,15 +47,20 @@ def execute(
 ) -> Observation:
     """Run `tool.handler(ctx, args)` with the tool's timeout and output cap.
 
-    Without an executor the handler runs in its own daemon thread, so a
-    handler that never returns cannot keep the process from exiting.
+    The timeout is the tool's, cut to the run's deadline when the context has one. Without
+    an executor the handler runs in its own daemon thread, so a handler that never returns
+    cannot keep the process from exiting.
     """
     started = time.monotonic()
-    outcome = _run(tool, ctx, args, executor)
+    timeout = ctx.time_left(tool.timeout)
+    outcome = _run(tool, ctx, args, executor, timeout)
     elapsed_ms = round((time.monotonic() - started) * 1000)
     if isinstance(outcome, _TimedOut):
-        log.warning("tool_timed_out", tool=tool.name, timeout=tool.timeout, call_id=ctx.call_id)
-        return _error(tool, f"Error: {tool.name} timed out after {tool.timeout:g} s")
+        log.warning("tool_timed_out", tool=tool.name, timeout=timeout, call_id=ctx.call_id)
+        return _error(tool, timed_out(tool, timeout))
+    if isinstance(outcome, _Failed) and isinstance(outcome.error, ToolError):
+        log.info("tool_error", tool=tool.name, call_id=ctx.call_id, error=outcome.error.message)
+        return _error(tool, outcome.error.message)
     if isinstance(outcome, _Failed):
         error = outcome.error
         log.warning(
@@ -77,6 +82,15 @@ def execute(
         truncated=observation.truncated,
     )
     return observation
+
+
+def timed_out(tool: Tool, timeout: float) -> str:
+    """What the model reads when a call ran out of time. A write may have had its effect
+    before it was abandoned, so it is reported as unknown, never as not done."""
+    text = f"Error: {tool.name} timed out after {timeout:g} s"
+    if tool.effect == "write":
+        text += "; its outcome is unknown (it may have taken effect) and it was not retried"
+    return text
 
 
 def observe(result: Any, output_cap: int) -> Observation:
@@ -136,12 +150,16 @@ def _call(tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> _Failed | _Retu
 
 
 def _run(
-    tool: Tool, ctx: ToolContext, args: dict[str, Any], executor: ThreadPoolExecutor | None
+    tool: Tool,
+    ctx: ToolContext,
+    args: dict[str, Any],
+    executor: ThreadPoolExecutor | None,
+    timeout: float,
 ) -> _Outcome:
     if executor is not None:
         future = executor.submit(_call, tool, ctx, args)
         try:
-            return future.result(timeout=tool.timeout)
+            return future.result(timeout=timeout)
         except FutureTimeoutError:
             future.cancel()
             return _TimedOut()
@@ -154,7 +172,7 @@ def _run(
 
     thread = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)
     thread.start()
-    if not done.wait(tool.timeout):
+    if not done.wait(timeout):
         return _TimedOut()
     return box[0]
 

@@ -13,6 +13,7 @@ model and not run (`disabled_tools` lists them).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -28,16 +29,17 @@ from tools.exceptions import PolicyError
 from tools.policy_file import (
     EFFECTS,
     EVERYONE,
+    EXTERNAL,
     REQUESTER,
     PolicyContent,
     RuleFields,
     default_rules,
-    pattern_matches,
+    most_specific,
     read_policy,
 )
 from tools.registry import ToolRegistry
 
-__all__ = ["EVERYONE", "REQUESTER", "Denial", "Policy", "PolicyError", "ToolRule"]
+__all__ = ["EVERYONE", "EXTERNAL", "REQUESTER", "Denial", "Policy", "PolicyError", "ToolRule"]
 
 log = structlog.get_logger(__name__)
 
@@ -107,7 +109,9 @@ class Policy:
             )
             for entry in content.patterns
         )
+        self._pattern_rules = dict(self.patterns)
         self.lines: Mapping[str, int] = MappingProxyType(dict(content.lines))
+        self.high_risk_entries = frozenset(content.high_risk_entries)
         self.warnings: tuple[str, ...] = tuple(content.warnings)
         self.version = hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()[:12]
 
@@ -188,18 +192,24 @@ class Policy:
         return self._lookup(tool_name)[1]
 
     def _lookup(self, tool_name: str) -> tuple[ToolRule, str | None]:
-        """An exact name beats a pattern; the first matching pattern beats the defaults."""
-        if tool_name in self.tools:
-            return self.tools[tool_name], f"tools.{tool_name}"
+        """The most specific entry wins: an exact name, then the most specific matching
+        pattern, then the defaults. A tool declared high risk (an MCP server's
+        destructiveHint) stays high risk unless its entry sets `high_risk` itself."""
         tool = self.registry.get(tool_name)
-        if tool is None:
+        if tool_name in self.tools:
+            rule, source = self.tools[tool_name], f"tools.{tool_name}"
+        elif tool is None:
             raise KeyError(f"unknown tool {tool_name!r}")
-        for pattern, rules in self.patterns:
-            if pattern_matches(pattern, tool_name):
-                return rules[tool.effect], f"tools.{pattern}"
-        if tool.effect in self.defaults:
-            return self.defaults[tool.effect], f"defaults.{tool.effect}"
-        return NO_RULE, None
+        elif (pattern := most_specific(self._pattern_rules, tool_name)) is not None:
+            rule, source = self._pattern_rules[pattern][tool.effect], f"tools.{pattern}"
+        elif tool.effect in self.defaults:
+            rule, source = self.defaults[tool.effect], f"defaults.{tool.effect}"
+        else:
+            return NO_RULE, None
+        declared = tool is not None and tool.high_risk and tool.effect == "write"
+        if declared and not rule.high_risk and source not in self.high_risk_entries:
+            rule = dataclasses.replace(rule, high_risk=True)
+        return rule, source
 
     def allowed_tools(self, roles: Iterable[str]) -> list[str]:
         """Names of the tools these roles may call, in registry order."""
@@ -300,9 +310,9 @@ class Policy:
             "approvals_channel": self.approvals_channel,
             "defaults": {effect: rule.to_json() for effect, rule in sorted(self.defaults.items())},
             "tools": {name: rule.to_json() for name, rule in sorted(self.tools.items())},
-            "patterns": [  # in file order: the first match applies
+            "patterns": [  # sorted: the most specific match applies, whatever the file's order
                 {"pattern": pattern, **{e: rule.to_json() for e, rule in sorted(rules.items())}}
-                for pattern, rules in self.patterns
+                for pattern, rules in sorted(self.patterns)
             ],
         }
 
@@ -311,7 +321,10 @@ class Policy:
 
 
 def _with_everyone(roles: Iterable[str]) -> frozenset[str]:
-    return frozenset({EVERYONE, *roles})
+    """Everyone holds `everyone`, except people from another organisation (`external`):
+    they hold only what the policy gives them by name."""
+    held = frozenset(roles)
+    return held if EXTERNAL in held else held | {EVERYONE}
 
 
 def _handle(group: str) -> str:

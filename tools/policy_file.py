@@ -8,6 +8,11 @@ A file grants only what it names: a tool under `tools:` (by its name, or by a
 shell-style pattern like "git_*" for tools that come in bulk), or every tool of
 an effect through `defaults: {read: ..., write: ...}`. Fields a rule leaves out
 come from `defaults:`, then from the built-in defaults.
+
+The most specific entry wins, whatever the order in the file: a tool's own name
+beats every pattern, and of two patterns that match it the more specific one
+applies (see `specificity`). Two equally specific patterns that both match a
+registered tool without an entry of its own are an error naming both lines.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from tools.exceptions import PolicyError
 from tools.registry import ToolRegistry
 
 EVERYONE = "everyone"
+EXTERNAL = "external"  # people from another organisation (Slack Connect): never `everyone`
 REQUESTER = "requester"
 
 TOP_LEVEL_KEYS = ("roles", "admins", "approvals_channel", "tools", "defaults")
@@ -81,6 +87,64 @@ def pattern_matches(pattern: str, name: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern)
 
 
+def specificity(pattern: str) -> tuple[int, int, int]:
+    """How specific a pattern is; the larger tuple wins. In order of importance:
+
+    1. the length of its literal prefix (the characters before the first `*`, `?` or
+       `[...]`): "git_diff*" (8) beats "git_*" (4) beats "*_status" (0);
+    2. the number of literal characters anywhere: "git_*_log" (7) beats "git_*" (4);
+    3. fewer wildcards: "git_*" beats "git_*?*".
+
+    A `[...]` class counts as a wildcard, as `*` and `?` do; a `[` without its `]` is a
+    literal character, as in `fnmatch`.
+    """
+    prefix: int | None = None
+    literals = wildcards = 0
+    for token in _glob_tokens(pattern):
+        if token in ("*", "?") or (len(token) > 1 and token.startswith("[")):
+            wildcards += 1
+            if prefix is None:
+                prefix = literals
+        else:
+            literals += 1
+    return (literals if prefix is None else prefix, literals, -wildcards)
+
+
+def most_specific(patterns: Iterable[str], name: str) -> str | None:
+    """The pattern that applies to `name`: the most specific one that matches (the first
+    of equals, which a loaded policy never has); None when none matches."""
+    best: str | None = None
+    for pattern in patterns:
+        if pattern_matches(pattern, name) and (
+            best is None or specificity(pattern) > specificity(best)
+        ):
+            best = pattern
+    return best
+
+
+def _glob_tokens(pattern: str) -> list[str]:
+    """Split a pattern as `fnmatch` reads it: `*`, `?`, whole `[...]` classes, characters."""
+    tokens: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if char == "[":
+            j = i + 1
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j < n:  # a whole class
+                tokens.append(pattern[i : j + 1])
+                i = j + 1
+                continue
+        tokens.append(char)
+        i += 1
+    return tokens
+
+
 @dataclass(frozen=True)
 class PatternRule:
     """A `tools:` entry whose key is a pattern: one merged rule per effect."""
@@ -104,6 +168,9 @@ class PolicyContent:
     patterns: list[PatternRule] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)  # "tools.x", "defaults.write" -> line
     warnings: list[str] = field(default_factory=list)  # worth fixing, not worth refusing to start
+    # Entries ("tools.X") that set high_risk themselves: they overrule a tool's own
+    # high-risk declaration (an MCP server's destructiveHint); defaults do not.
+    high_risk_entries: set[str] = field(default_factory=set)
 
 
 def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent:
@@ -118,10 +185,11 @@ def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent
         raise PolicyError(f"{source}: invalid YAML: {error}") from None
     reader = _Reader(source, registry)
     content = reader.document(root)
+    if not reader.errors:
+        reader.check_patterns(content)
     if reader.errors:
         ordered = sorted(reader.errors, key=lambda error: error[0])
         raise PolicyError("\n".join(message for _, message in ordered))
-    reader.check_patterns(content)
     content.warnings = [message for _, message in sorted(reader.warnings)]
     return content
 
@@ -137,7 +205,8 @@ class _Reader:
         self.errors: list[tuple[int, str]] = []
         self.warnings: list[tuple[int, str]] = []
         self.lines: dict[str, int] = {}
-        self.known_roles: set[str] = {EVERYONE}
+        self.known_roles: set[str] = {EVERYONE, EXTERNAL}
+        self.high_risk_entries: set[str] = set()
         self._constructor = yaml.SafeLoader("")
 
     # -- sections -----------------------------------------------------------
@@ -166,12 +235,13 @@ class _Reader:
             with suppress(_Invalid):
                 content.tools, content.patterns = self.tools(sections["tools"][1], content.defaults)
         content.lines = self.lines
+        content.high_risk_entries = self.high_risk_entries
         return content
 
     def roles(self, node: Node) -> dict[str, frozenset[str]]:
         roles: dict[str, frozenset[str]] = {}
         for name, (key, value) in self.mapping(node, "roles").items():
-            if name in (EVERYONE, REQUESTER):
+            if name in (EVERYONE, EXTERNAL, REQUESTER):
                 self.error(key, f"'{name}' is a built-in role; remove it from roles")
             elif not _ROLE_NAME.match(name):
                 self.error(key, f"role name {name!r} is invalid: use letters, digits, _ - .")
@@ -238,6 +308,8 @@ class _Reader:
                 where = f"tools.{name}"
                 overrides = self.rule(value, where, TOOL_KEYS[tool.effect], tool.parameters)
                 rules[name] = self.merged(defaults[tool.effect], overrides, key, where)
+                if "high_risk" in overrides:
+                    self.high_risk_entries.add(where)
         return rules, patterns
 
     def pattern(
@@ -251,6 +323,8 @@ class _Reader:
                 "letters, digits, _ and -; patterns add *, ? and [...], e.g. 'git_*'",
             )
         overrides = self.rule(value, where, PATTERN_KEYS, None)
+        if "high_risk" in overrides:
+            self.high_risk_entries.add(where)
         reads = {k: v for k, v in overrides.items() if k in TOOL_KEYS["read"]}
         rules = {
             "read": self.merged(defaults["read"], reads, key, where),
@@ -259,10 +333,41 @@ class _Reader:
         return PatternRule(pattern, key.start_mark.line + 1, rules)
 
     def check_patterns(self, content: PolicyContent) -> None:
-        """Warn about patterns that grant nothing: they match no tool, or lose tools to
-        an earlier pattern (the first matching pattern applies; an exact name beats both)."""
-        applies_to: dict[str, str] = {}
+        """The most specific entry wins (see `specificity`): two equally specific patterns
+        that both match a tool without its own entry are an error, since neither can win.
+        A pattern that governs no tool grants nothing: a warning."""
+        patterns = [entry.pattern for entry in content.patterns]
+        line = {entry.pattern: entry.line for entry in content.patterns}
+        governs: dict[str, list[str]] = {p: [] for p in patterns}
+        clashes: dict[tuple[str, str], list[str]] = {}
+        for name in self.registry.names():
+            if name in content.tools:
+                continue
+            winner = most_specific(patterns, name)
+            if winner is None:
+                continue
+            governs[winner].append(name)
+            for other in patterns:
+                if (
+                    other != winner
+                    and specificity(other) == specificity(winner)
+                    and pattern_matches(other, name)
+                ):
+                    pair = tuple(sorted((winner, other), key=lambda p: line[p]))
+                    clashes.setdefault((pair[0], pair[1]), []).append(name)
+        for (first, second), names in clashes.items():
+            self.errors.append(
+                (
+                    line[second],
+                    f"{self.source} lines {line[first]} and {line[second]}: tools.{first} and "
+                    f"tools.{second} both match {_names(names)} and are equally specific, so "
+                    "neither can apply; make one more specific (a longer literal prefix), or "
+                    f"give {names[0]} an entry of its own",
+                )
+            )
         for entry in content.patterns:
+            if governs[entry.pattern]:
+                continue
             where = f"tools.{entry.pattern}"
             matched = [n for n in self.registry.names() if pattern_matches(entry.pattern, n)]
             if not matched:
@@ -271,17 +376,16 @@ class _Reader:
                     f"{where}: the pattern matches no registered tool, so it grants nothing; "
                     "check it, or load the tools it is meant for",
                 )
-            taken = [n for n in matched if n not in content.tools and n in applies_to]
-            if taken:
-                earlier = ", ".join(repr(p) for p in dict.fromkeys(applies_to[n] for n in taken))
-                verb = "matches" if len(taken) == 1 else "match"
-                self.warn(
-                    entry.line,
-                    f"{where}: {_names(taken)} also {verb} {earlier} above, which applies "
-                    "instead (the first matching pattern applies)",
-                )
-            for name in matched:
-                applies_to.setdefault(name, entry.pattern)
+                continue
+            instead = [
+                f"tools.{n if n in content.tools else most_specific(patterns, n)}" for n in matched
+            ]
+            self.warn(
+                entry.line,
+                f"{where}: grants nothing: every tool it matches ({_names(matched)}) has a more "
+                f"specific entry ({_names(list(dict.fromkeys(instead)))}), which applies "
+                "instead (the most specific entry applies)",
+            )
 
     # -- one rule -------------------------------------------------------------
 
@@ -374,7 +478,7 @@ class _Reader:
                 roles.append(role)
             else:
                 choices = [*self.known_roles, *([REQUESTER] if requester else [])]
-                defined = ", ".join(sorted(self.known_roles - {EVERYONE})) or "none"
+                defined = ", ".join(sorted(self.known_roles - {EVERYONE, EXTERNAL})) or "none"
                 self.error(
                     item,
                     f"{where}: unknown role {role!r}{_suggest(role, choices)}; define it under "

@@ -11,12 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError
 
 from tools.context import ToolContext
 from tools.decode import argument_error, json_type, schema_problems
-from tools.exceptions import DuplicateToolError, ToolDefinitionError, ToolModuleError
+from tools.exceptions import (
+    DuplicateToolError,
+    OperatorError,
+    ToolDefinitionError,
+    ToolModuleError,
+)
 from tools.schema import is_object_schema, is_strict_compatible
 
 log = structlog.get_logger(__name__)
@@ -29,6 +34,9 @@ Normalizer = Callable[[dict[str, Any]], dict[str, Any]]
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 EFFECTS: tuple[Effect, ...] = ("read", "write")
 MIN_OUTPUT_CAP = 100
+# Formats checked in arguments: those jsonschema checks by itself, the same everywhere
+# (date-time and uri need optional packages, so they stay annotations as the draft says).
+FORMATS = FormatChecker(formats=("date", "email", "ipv4", "ipv6", "uuid"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +46,11 @@ class Tool:
     `handler(ctx, args)` receives arguments that `validate` accepted. For
     typed tools `normalizer` runs after the JSON schema check (pydantic, strict)
     and returns the normalized arguments, defaults filled in.
+
+    `source` says where the tool comes from, for people ("module mycompany.tools",
+    "MCP server git"); left empty it is the module that defines the handler.
+    `high_risk` is the declaration's own judgement (an MCP server's `destructiveHint`):
+    the policy makes such a tool high risk unless the tool's entry says otherwise.
     """
 
     name: str
@@ -49,6 +62,8 @@ class Tool:
     output_cap: int = 8000
     reconcile: Reconcile | None = None
     normalizer: Normalizer | None = field(default=None, repr=False)
+    source: str = ""
+    high_risk: bool = False
     strict: bool = field(init=False)
     _validator: Draft202012Validator = field(init=False, repr=False)
 
@@ -73,6 +88,10 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool {self.name}: output_cap must be an integer >= {MIN_OUTPUT_CAP}"
             )
+        if not isinstance(self.source, str):
+            raise ToolDefinitionError(f"tool {self.name}: source must be a string")
+        if not self.source:
+            object.__setattr__(self, "source", "module " + origin_module(self.handler))
         object.__setattr__(self, "_validator", _schema_validator(self.name, self.parameters))
         object.__setattr__(self, "strict", is_strict_compatible(self.parameters))
 
@@ -100,6 +119,27 @@ class Tool:
         return self.normalizer(args)
 
 
+def origin_module(handler: Callable[..., Any]) -> str:
+    """The module that defines a handler (the decorated function, for typed tools)."""
+    function = getattr(handler, "__wrapped__", handler)
+    return str(getattr(function, "__module__", None) or "unknown")
+
+
+def same_declaration(a: Tool, b: Tool) -> bool:
+    """True for one declaration made twice (its module was imported again): the same
+    function, the same name, effect, description and schema."""
+    return _origin(a) == _origin(b) and _contract(a) == _contract(b)
+
+
+def _origin(tool: Tool) -> str:
+    function = getattr(tool.handler, "__wrapped__", tool.handler)
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def _contract(tool: Tool) -> tuple[object, ...]:
+    return (tool.name, tool.effect, tool.description, tool.parameters, tool.source)
+
+
 def _schema_validator(name: str, parameters: object) -> Draft202012Validator:
     if not isinstance(parameters, dict) or not is_object_schema(parameters):
         raise ToolDefinitionError(
@@ -112,7 +152,7 @@ def _schema_validator(name: str, parameters: object) -> Draft202012Validator:
         raise ToolDefinitionError(
             f"tool {name}: parameters is not a valid JSON schema: {error.message}"
         ) from error
-    return Draft202012Validator(parameters)
+    return Draft202012Validator(parameters, format_checker=FORMATS)
 
 
 def _preview(value: object) -> str:
@@ -121,7 +161,8 @@ def _preview(value: object) -> str:
 
 
 class ToolRegistry:
-    """Tools by name, in registration order. Registering a taken name is an error."""
+    """Tools by name, in registration order. Registering a taken name is an error that
+    names both sources (see `register_all` for re-imported declarations)."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
@@ -136,7 +177,10 @@ class ToolRegistry:
                 return tool
             if existing is not None:
                 raise DuplicateToolError(
-                    f"a tool named {tool.name!r} is already registered; tool names must be unique"
+                    f"a tool named {tool.name!r} is already registered by {existing.source}; "
+                    f"{tool.source} declares one too. Tool names must be unique across modules "
+                    "and MCP servers: rename one (for an MCP server, set its `prefix:` or leave "
+                    "the tool out with `tools:`)"
                 )
             self._tools[tool.name] = tool
         return tool
@@ -169,13 +213,34 @@ class ToolRegistry:
 registry = ToolRegistry()
 
 
-def load_modules(names: Iterable[str] | str) -> None:
+def register_all(declared: Iterable[Tool], target: ToolRegistry | None = None) -> list[str]:
+    """Register tools a module lists (its `TOOLS`) in `target` (default: the global registry).
+
+    Idempotent: a tool whose declaration is already registered (also from an earlier import
+    of a reloaded module) is skipped; a *different* tool with a taken name is a
+    DuplicateToolError naming both. Returns the names, in order.
+    """
+    target = target if target is not None else registry
+    names = []
+    for tool in declared:
+        existing = target.get(tool.name)
+        if existing is None or not same_declaration(existing, tool):
+            target.register(tool)
+        names.append(tool.name)
+    return names
+
+
+def load_modules(names: Iterable[str] | str, target: ToolRegistry | None = None) -> None:
     """Import each tool module so its declarations register themselves.
 
     `names` may be an iterable or the raw comma-separated SWITCHBOARD_TOOLS
-    value; blanks are ignored. A module that fails to import raises
-    `ToolModuleError` naming the module and the cause.
+    value; blanks are ignored. A module may instead list its tools in a
+    module-level `TOOLS` sequence (as `tools.builtin` does, so importing it
+    registers nothing); those are registered in `target` (default: the global
+    registry). A module that fails to import raises `ToolModuleError` naming
+    the module and the cause.
     """
+    target = target if target is not None else registry
     if isinstance(names, str):
         names = names.split(",")
     for raw_name in names:
@@ -183,7 +248,14 @@ def load_modules(names: Iterable[str] | str) -> None:
         if not name:
             continue
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            declared = getattr(module, "TOOLS", ())
+            if isinstance(declared, list | tuple):
+                register_all([t for t in declared if isinstance(t, Tool)], target)
+        except OperatorError as error:  # a bad declaration: its message says what and where
+            raise ToolModuleError(
+                f"tool module {name!r} (from SWITCHBOARD_TOOLS): {error}", name=name
+            ) from error
         except Exception as error:  # start-up boundary: any failure must name the module
             raise ToolModuleError(
                 f"could not import tool module {name!r} (from SWITCHBOARD_TOOLS): "

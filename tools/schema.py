@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 _SCHEMA_VALUED = (
     *("items", "additionalProperties", "not", "if", "then", "else", "contains"),
     *("propertyNames", "unevaluatedItems", "unevaluatedProperties"),
@@ -77,13 +79,50 @@ def tidy(schema: dict[str, Any]) -> dict[str, Any]:
     properties and says nothing about others, so nested models are as strict
     as the top level.
     """
+    result = without_titles(schema)
+    for node in walk(result):
+        if "properties" in node and "additionalProperties" not in node:
+            node["additionalProperties"] = False
+    return result
+
+
+def without_titles(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy without `title` annotations (a property *named* "title" stays): they cost the
+    model tokens and say what the property names already say."""
     result: dict[str, Any] = json.loads(json.dumps(schema))
     for node in walk(result):
         if isinstance(node.get("title"), str):
             del node["title"]
-        if "properties" in node and "additionalProperties" not in node:
-            node["additionalProperties"] = False
     return result
+
+
+def usable_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """The top-level defaults a schema declares, to fill in what the model leaves out, so an
+    approval shows, and its hash covers, what the tool will actually use. A default that
+    its own property schema refuses (pydantic writes `default: null` for `x: str = None`)
+    is left out: sending it could fail where leaving it out works."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return {}
+    return {
+        name: node["default"]
+        for name, node in properties.items()
+        if isinstance(node, dict) and "default" in node and _accepts(schema, name, node["default"])
+    }
+
+
+def with_defaults(args: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`args`, then a copy of each default it leaves out."""
+    missing = {name: value for name, value in defaults.items() if name not in args}
+    return {**args, **json.loads(json.dumps(missing))}
+
+
+def _accepts(schema: dict[str, Any], name: str, value: Any) -> bool:
+    """Does the schema accept `value` for property `name`? Checked through the whole schema,
+    so `$ref`s resolve as they do for the model's arguments."""
+    check = Draft202012Validator({**schema, "required": []})
+    errors = check.iter_errors({name: value})
+    return not any(list(error.absolute_path)[:1] == [name] for error in errors)
 
 
 def is_object_schema(schema: object) -> bool:
@@ -148,6 +187,8 @@ def type_summary(node: dict[str, Any], root: dict[str, Any], depth: int = 0) -> 
     kind = node.get("type")
     if isinstance(kind, list):
         return " or ".join(str(k) for k in kind)
+    if kind == "string" and isinstance(node.get("format"), str):
+        return f"string ({_short(node['format'], 20).strip(chr(34))})"
     if kind == "array":
         items = node.get("items")
         if isinstance(items, dict):

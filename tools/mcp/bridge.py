@@ -1,0 +1,101 @@
+"""An MCP server's tool as a Switchboard `Tool`: its name, effect, risk, schema and handler.
+
+Effects come from the tool's annotations, failing safe: only `readOnlyHint: true` makes a
+read; anything else, missing annotations included, is a write and waits for approval. A
+write with `destructiveHint: true` is high risk (a confirmation on Approve) unless the
+policy entry that applies sets `high_risk` itself. The server file's `effects:` overrides
+both. Annotations are hints from the server, which is why an operator can override them,
+and why a read is never what a server merely fails to say.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mcp import types
+
+from tools.context import ToolContext
+from tools.exceptions import ToolDefinitionError
+from tools.mcp.config import Effect, ServerConfig
+from tools.mcp.results import result_text
+from tools.mcp.session import Connection
+from tools.registry import NAME_PATTERN, Handler, Tool
+from tools.schema import usable_defaults, with_defaults, without_titles
+
+# Where the idempotency key (the approval id) travels: the request's `_meta`, under a key of
+# our own (the spec leaves `_meta` keys without a reserved prefix to their users).
+IDEMPOTENCY_META = "switchboard/idempotency-key"
+
+
+def effect_of(tool: types.Tool, config: ServerConfig) -> Effect:
+    override = config.effects.get(tool.name)
+    if override is not None:
+        return override
+    annotations = tool.annotations
+    return "read" if annotations is not None and annotations.read_only_hint is True else "write"
+
+
+def is_destructive(tool: types.Tool) -> bool:
+    return tool.annotations is not None and tool.annotations.destructive_hint is True
+
+
+def parameters_of(tool: types.Tool) -> dict[str, Any]:
+    """The server's input schema as the model and the validator see it: titles dropped, and
+    no argument the schema does not name (as for `register_tool`); nested objects stay as
+    the server published them."""
+    schema = without_titles(json.loads(json.dumps(tool.input_schema, allow_nan=False)))
+    schema.pop("$schema", None)
+    if "type" not in schema and isinstance(schema.get("properties"), dict):
+        schema["type"] = "object"
+    schema.setdefault("properties", {})
+    schema.setdefault("additionalProperties", False)
+    return schema
+
+
+def make_tool(config: ServerConfig, connection: Connection, listed: types.Tool) -> Tool:
+    """Build the `Tool` for one listed server tool; ToolDefinitionError if it cannot be."""
+    name = config.tool_name(listed.name)
+    if not NAME_PATTERN.match(name):
+        raise ToolDefinitionError(
+            f"its tool {listed.name!r} would be named {name!r}, which is not a valid tool "
+            "name (1-64 letters, digits, '_' or '-'); leave it out with `tools:`, or change "
+            "`prefix:`"
+        )
+    effect = effect_of(listed, config)
+    try:
+        parameters = parameters_of(listed)
+    except (TypeError, ValueError) as error:
+        raise ToolDefinitionError(f"tool {name}: its input schema is not plain JSON") from error
+    defaults = usable_defaults(parameters)
+    description = (listed.description or listed.title or "").strip()
+    return Tool(
+        name=name,
+        description=description or f"The {listed.name} tool of the {config.key} MCP server.",
+        parameters=parameters,
+        effect=effect,
+        handler=make_handler(connection, listed.name, name, effect, config.timeout),
+        timeout=config.timeout,
+        normalizer=lambda args: with_defaults(args, defaults),
+        source=f"MCP server {config.key}",
+        high_risk=effect == "write" and is_destructive(listed),
+    )
+
+
+def make_handler(
+    connection: Connection, server_name: str, tool_name: str, effect: Effect, timeout: float
+) -> Handler:
+    def call(ctx: ToolContext, args: dict[str, Any]) -> str:
+        meta = {IDEMPOTENCY_META: ctx.idempotency_key} if ctx.idempotency_key else None
+        result = connection.call(
+            server_name,
+            args,
+            tool_name=tool_name,
+            timeout=ctx.time_left(timeout),
+            meta=meta,
+            repeatable=effect == "read",
+        )
+        return result_text(result, tool_name)
+
+    call.__name__ = f"{tool_name}_handler"
+    return call

@@ -1,0 +1,325 @@
+"""Reading the MCP servers file (SWITCHBOARD_MCP) into checked server configurations.
+
+    servers:
+      git:                                  # a key of your choosing
+        command: mcp-server-git             # stdio: a command and its arguments...
+        args: ["--repository", "/srv/repo"]
+        env: {GIT_AUTHOR_NAME: Switchboard}
+        prefix: ""                          # tool name = prefix + the server's name ("git_")
+      docs:
+        url: https://mcp.example.com/mcp    # ...or streamable HTTP
+        headers: {Authorization: "Bearer ${DOCS_TOKEN}"}
+        tools: [search, fetch]              # only these (the server's own names)
+        effects: {search: read}             # instead of what the annotations say
+        timeout: 30                         # seconds per call
+
+`${VAR}` in command, args, env, cwd, url and headers is taken from the environment (`$${`
+writes a literal `${`); an unset variable is an error, never an empty string. Like the
+policy file, the document is composed rather than just loaded, so every problem names its
+line, and reading goes on after one so a single run reports them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+import yaml
+
+from tools.exceptions import McpConfigError
+
+Effect = Literal["read", "write"]
+Transport = Literal["stdio", "http"]
+
+SERVER_KEYS = (
+    *("command", "args", "env", "cwd", "url", "headers", "prefix", "tools", "effects"),
+    *("timeout", "connect_timeout"),
+)
+STDIO_ONLY = ("command", "args", "env", "cwd")
+HTTP_ONLY = ("url", "headers")
+DEFAULT_TIMEOUT = 30.0  # seconds per call
+DEFAULT_CONNECT_TIMEOUT = 20.0  # seconds to start, connect and list at start-up
+MAX_SECONDS = 3600.0
+
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
+_VARIABLE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_STR, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
+_INT, _FLOAT, _BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"
+
+Node = yaml.Node
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One entry under `servers:`, checked and with `${VAR}`s expanded."""
+
+    key: str
+    source: str  # the file, for messages
+    line: int
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ""
+    tools: tuple[str, ...] | None = None  # None: every tool the server lists
+    effects: Mapping[str, Effect] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+
+    @property
+    def transport(self) -> Transport:
+        return "stdio" if self.command is not None else "http"
+
+    @property
+    def where(self) -> str:
+        """How messages name this server: "MCP server 'git' (mcp.yaml line 2)"."""
+        return f"MCP server '{self.key}' ({self.source} line {self.line})"
+
+    @property
+    def target(self) -> str:
+        """What it connects to, for people (no header values: they may hold secrets)."""
+        if self.command is not None:
+            return " ".join([self.command, *self.args])
+        return str(self.url)
+
+    def tool_name(self, server_name: str) -> str:
+        """The name the model, the policy and the approvals see."""
+        return self.prefix + server_name
+
+
+def read_config(
+    text: str, source: str, environ: Mapping[str, str] | None = None
+) -> list[ServerConfig]:
+    """Parse and check an MCP servers document; raise McpConfigError listing every problem."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = f" line {mark.line + 1}" if mark else ""
+        raise McpConfigError(f"{source}{line}: invalid YAML: {error.problem or error}") from None
+    except yaml.YAMLError as error:
+        raise McpConfigError(f"{source}: invalid YAML: {error}") from None
+    reader = _Reader(source, os.environ if environ is None else environ)
+    servers = reader.document(root)
+    if reader.errors:
+        ordered = sorted(reader.errors, key=lambda error: error[0])
+        raise McpConfigError("\n".join(message for _, message in ordered))
+    return servers
+
+
+def expand(value: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
+    """`value` with `${VAR}` taken from `environ` (and `$${` kept as a literal `${`);
+    returns the text and the names of the variables that are not set."""
+    missing: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        escaped, name = match.group(1), match.group(2)
+        if escaped:
+            return "${" + name + "}"
+        if name not in environ:
+            missing.append(name)
+            return ""
+        return environ[name]
+
+    return _VARIABLE.sub(replace, value), missing
+
+
+class _Invalid(Exception):
+    """A problem that stops reading one entry; it is already recorded in `errors`."""
+
+
+class _Reader:
+    def __init__(self, source: str, environ: Mapping[str, str]) -> None:
+        self.source = source
+        self.environ = environ
+        self.errors: list[tuple[int, str]] = []
+        self._constructor = yaml.SafeLoader("")
+
+    def document(self, root: Node | None) -> list[ServerConfig]:
+        if root is None or _is_null(root):
+            self.error(None, "no servers: add a `servers:` mapping, or unset SWITCHBOARD_MCP")
+            return []
+        sections: dict[str, tuple[Node, Node]] = {}
+        with suppress(_Invalid):
+            sections = self.mapping(root, "the file", ("servers",))
+        if "servers" not in sections:
+            if not self.errors:
+                self.error(root, "no servers: add a `servers:` mapping")
+            return []
+        servers = []
+        entries: dict[str, tuple[Node, Node]] = {}
+        with suppress(_Invalid):
+            entries = self.mapping(sections["servers"][1], "servers")
+        for key, (key_node, value) in entries.items():
+            if not KEY_PATTERN.match(key):
+                self.error(
+                    key_node,
+                    f"servers: {key!r} is not a valid server key: use 1-40 letters, digits, "
+                    "'_' or '-' (it is also the default tool name prefix)",
+                )
+                continue
+            with suppress(_Invalid):
+                servers.append(self.server(key, key_node, value))
+        if not servers and not self.errors:
+            self.error(
+                sections["servers"][1], "servers is empty: add one, or unset SWITCHBOARD_MCP"
+            )
+        return servers
+
+    def server(self, key: str, key_node: Node, node: Node) -> ServerConfig:
+        where = f"servers.{key}"
+        fields = self.mapping(node, where, SERVER_KEYS)
+        has_command, has_url = "command" in fields, "url" in fields
+        if has_command == has_url:
+            raise self.invalid(
+                key_node,
+                f"{where}: give either `command:` (a stdio server) or `url:` (streamable "
+                "HTTP), not " + ("both" if has_command else "neither"),
+            )
+        wrong = [k for k in (HTTP_ONLY if has_command else STDIO_ONLY) if k in fields]
+        for name in wrong:
+            kind = "stdio servers (`command:`)" if name in STDIO_ONLY else "`url:` servers"
+            self.error(fields[name][0], f"{where}.{name} only applies to {kind}")
+        values: dict[str, Any] = {"prefix": f"{key}_"}
+        for name, (_, value) in fields.items():
+            if name in wrong:
+                continue
+            with suppress(_Invalid):
+                values[name] = self.field(name, value, f"{where}.{name}")
+        if "url" in values and not re.match(r"^https?://", values["url"]):
+            self.error(fields["url"][1], f"{where}.url must start with http:// or https://")
+        return ServerConfig(
+            key=key, source=self.source, line=key_node.start_mark.line + 1, **values
+        )
+
+    def field(self, name: str, node: Node, where: str) -> Any:
+        if name in ("command", "cwd", "url"):
+            text = self.text(node, where)
+            if not text:
+                raise self.invalid(node, f"{where} is empty")
+            return text
+        if name == "args":
+            return tuple(self.text(item, f"{where}[{n}]") for n, item in self.items(node, where))
+        if name in ("env", "headers"):
+            return MappingProxyType(
+                {k: self.text(v, f"{where}.{k}") for k, (_, v) in self.mapping(node, where).items()}
+            )
+        if name == "prefix":
+            prefix = self.text(node, where, expand_variables=False)
+            if not PREFIX_PATTERN.match(prefix):
+                raise self.invalid(
+                    node, f"{where}: {prefix!r} is invalid: use up to 40 letters, digits, _ or -"
+                )
+            return prefix
+        if name == "tools":
+            return self.tool_names(node, where)
+        if name == "effects":
+            return self.effects(node, where)
+        return self.seconds(node, where)
+
+    def tool_names(self, node: Node, where: str) -> tuple[str, ...]:
+        names: list[str] = []
+        for _, item in self.items(node, where):
+            name = self.text(item, where, expand_variables=False)
+            if name in names:
+                self.error(item, f"{where}: {name!r} is listed twice")
+            else:
+                names.append(name)
+        if not names:
+            raise self.invalid(node, f"{where} is empty: list tools, or leave it out for all")
+        return tuple(names)
+
+    def effects(self, node: Node, where: str) -> Mapping[str, Effect]:
+        effects: dict[str, Effect] = {}
+        for name, (_, value) in self.mapping(node, where).items():
+            effect = self.text(value, f"{where}.{name}", expand_variables=False)
+            if effect == "read":
+                effects[name] = "read"
+            elif effect == "write":
+                effects[name] = "write"
+            else:
+                self.error(value, f"{where}.{name} must be read or write, got {effect!r}")
+        return MappingProxyType(effects)
+
+    def seconds(self, node: Node, where: str) -> float:
+        if not (isinstance(node, yaml.ScalarNode) and node.tag in (_INT, _FLOAT)):
+            raise self.invalid(node, f"{where} must be a number of seconds, e.g. 30")
+        value = float(self._constructor.construct_object(node, deep=True))
+        if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+            raise self.invalid(node, f"{where} must be more than 0 and at most {MAX_SECONDS:g}")
+        return value
+
+    # -- typed values ---------------------------------------------------------
+
+    def text(self, node: Node, where: str, *, expand_variables: bool = True) -> str:
+        if not isinstance(node, yaml.ScalarNode) or node.tag in (_NULL, _BOOL):
+            raise self.invalid(node, f"{where} must be text (quote it if YAML reads it otherwise)")
+        value = str(node.value)
+        if not expand_variables:
+            return value
+        expanded, missing = expand(value, self.environ)
+        if missing:
+            names = ", ".join(dict.fromkeys(missing))
+            raise self.invalid(
+                node, f"{where} uses ${{{missing[0]}}}, but {names} is not set in the environment"
+            )
+        return expanded
+
+    def items(self, node: Node, where: str) -> list[tuple[int, Node]]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.invalid(node, f"{where} must be a list, e.g. [a, b]")
+        return list(enumerate(node.value))
+
+    def mapping(
+        self, node: Node, where: str, keys: tuple[str, ...] | None = None
+    ) -> dict[str, tuple[Node, Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.invalid(node, f"{where} must be a mapping of key: value entries")
+        entries: dict[str, tuple[Node, Node]] = {}
+        for key_node, value_node in node.value:
+            if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR):
+                self.error(key_node, f"{where}: keys must be strings")
+                continue
+            key = key_node.value
+            if key in entries:
+                self.error(key_node, f"{where}: duplicate key {key!r}")
+            elif keys is not None and key not in keys:
+                hint = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+                suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+                self.error(
+                    key_node,
+                    f"{where}: unknown key {key!r}{suggestion} (allowed: {', '.join(keys)})",
+                )
+            else:
+                entries[key] = (key_node, value_node)
+        return entries
+
+    # -- errors ---------------------------------------------------------------
+
+    def error(self, node: Node | None, message: str) -> None:
+        line = node.start_mark.line + 1 if node is not None else 1
+        self.errors.append((line, f"{self.source} line {line}: {printable(message)}"))
+
+    def invalid(self, node: Node, message: str) -> _Invalid:
+        self.error(node, message)
+        return _Invalid(message)
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped: an operator's key or a server's tool name
+    must not break a one-line-per-problem message into several."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == _NULL

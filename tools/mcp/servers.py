@@ -1,0 +1,194 @@
+"""The MCP servers of one SWITCHBOARD_MCP file: connected at start-up, their tools registered.
+
+Start-up connects to every server at once and refuses to start, with one line per problem,
+when any server cannot be reached or listed, or when its tools cannot be registered as
+configured (a name `tools:` or `effects:` lists that the server does not have, a name that
+is not a valid tool name, two sources with one name). Starting without a server's tools
+would silently drop tools the policy names, and a policy naming a tool that is not there
+is itself a start-up error. After start-up a server that dies costs only its own calls:
+they fail with a message the model reads while the session is reopened with backoff.
+"""
+
+from __future__ import annotations
+
+import atexit
+import difflib
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.exceptions import McpConfigError, McpServerError, ToolDefinitionError
+from tools.mcp.bridge import make_tool
+from tools.mcp.config import ServerConfig, printable, read_config
+from tools.mcp.loop import EventLoopThread, shared_loop
+from tools.mcp.session import Connection
+from tools.registry import Tool, ToolRegistry, registry
+
+
+@dataclass(frozen=True)
+class ServerTools:
+    """One server and the tools it brings, as registered."""
+
+    config: ServerConfig
+    connection: Connection
+    tools: tuple[Tool, ...]
+
+
+class McpServers:
+    """Connections to the servers of one file and the tools made from their listings."""
+
+    def __init__(self, configs: Iterable[ServerConfig], loop: EventLoopThread | None = None):
+        loop = loop or shared_loop()
+        self.connections = {c.key: Connection(c, loop) for c in configs}
+        self.servers: list[ServerTools] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> McpServers:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise McpConfigError(
+                f"{source}: MCP servers file not found (SWITCHBOARD_MCP)"
+            ) from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise McpConfigError(f"{source}: cannot read the MCP servers file: {error}") from None
+        return cls(read_config(text, source))
+
+    def connect(self) -> None:
+        """Connect to every server (at once) and build their tools; McpServerError lists
+        every problem, and then no session stays open."""
+        problems: list[str] = []
+        failed: set[str] = set()
+        threads = [
+            threading.Thread(target=_start, args=(c, problems, failed), name=f"mcp-start-{key}")
+            for key, c in self.connections.items()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.servers = [
+            self._tools_of(c, problems) for key, c in self.connections.items() if key not in failed
+        ]
+        if problems:
+            self.close()
+            raise McpServerError("\n".join(sorted(problems)))
+
+    def register(self, target: ToolRegistry) -> None:
+        """Register every tool, or none: a name taken by another source, or by two servers,
+        is a McpServerError naming both."""
+        problems: list[str] = []
+        seen: dict[str, ServerConfig] = {}
+        for server in self.servers:
+            for tool in server.tools:
+                existing = target.get(tool.name)
+                if existing is not None and existing is not tool:
+                    problems.append(
+                        f"{server.config.where}: its tool {tool.name!r} has the name of a tool "
+                        f"from {existing.source}; tool names must be unique: set `prefix:` for "
+                        "the server, or leave the tool out with `tools:`"
+                    )
+                elif tool.name in seen:
+                    problems.append(
+                        f"{server.config.where}: its tool {tool.name!r} has the name of a tool "
+                        f"of {seen[tool.name].where}; give one of them another `prefix:`"
+                    )
+                seen.setdefault(tool.name, server.config)
+        if problems:
+            raise McpServerError("\n".join(problems))
+        for server in self.servers:
+            for tool in server.tools:
+                target.register(tool)
+
+    def close(self) -> None:
+        for connection in self.connections.values():
+            connection.close()
+
+    def _tools_of(self, connection: Connection, problems: list[str]) -> ServerTools:
+        config = connection.config
+        listed = {tool.name: tool for tool in connection.listing}
+        for section, names in (("tools", config.tools or ()), ("effects", config.effects)):
+            for name in names:
+                if name not in listed:
+                    problems.append(
+                        f"{config.where}: {section} names {name!r}, which the server does not "
+                        f"have ({_suggest(name, sorted(listed))})"
+                    )
+        wanted = config.tools if config.tools is not None else tuple(listed)
+        for name in config.effects:
+            if name in listed and name not in wanted:
+                problems.append(f"{config.where}: effects names {name!r}, left out by `tools:`")
+        made = []
+        for name in wanted:
+            if name not in listed:
+                continue
+            try:
+                made.append(make_tool(config, connection, listed[name]))
+            except ToolDefinitionError as error:
+                problems.append(f"{config.where}: {error}")
+        return ServerTools(config, connection, tuple(made))
+
+
+def _suggest(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    return printable(f"it has: {shown or 'no tools'}")
+
+
+def _start(connection: Connection, problems: list[str], failed: set[str]) -> None:
+    try:
+        connection.start()
+    except McpServerError as error:
+        problems.append(str(error))
+        failed.add(connection.config.key)
+
+
+_loaded: dict[tuple[str, int], tuple[ToolRegistry, McpServers]] = {}
+_lock = threading.Lock()
+
+
+def load(path: str | Path, target: ToolRegistry | None = None) -> McpServers:
+    """Read SWITCHBOARD_MCP, connect to every server and register its tools in `target`
+    (default: the global registry). Once per file and registry in a process: loading it
+    again returns the same servers. Raises McpConfigError or McpServerError."""
+    target = target if target is not None else registry
+    key = (str(Path(path).resolve()), id(target))
+    with _lock:
+        if key in _loaded:
+            return _loaded[key][1]
+        servers = McpServers.from_file(path)
+        servers.connect()
+        try:
+            servers.register(target)
+        except McpServerError:
+            servers.close()
+            raise
+        _loaded[key] = (target, servers)
+        return servers
+
+
+def unload(servers: McpServers) -> None:
+    """Close the servers and unregister their tools (for tests and for `tools check`)."""
+    with _lock:
+        for key, (target, loaded) in list(_loaded.items()):
+            if loaded is servers:
+                del _loaded[key]
+                for server in servers.servers:
+                    for tool in server.tools:
+                        if target.get(tool.name) is tool:
+                            target.unregister(tool.name)
+    servers.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Stop stdio servers politely at exit (they would also stop when their stdin closes)."""
+    with _lock:
+        loaded = [servers for _, servers in _loaded.values()]
+        _loaded.clear()
+    for servers in loaded:
+        servers.close()

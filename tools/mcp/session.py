@@ -1,0 +1,357 @@
+"""One MCP server's client session: opened in the shared loop, kept open, reopened when it
+breaks.
+
+A task in the loop (`_hold`) owns the session: it enters the SDK's `Client` (the server's
+process for stdio, an HTTP session for streamable HTTP), lists the tools, and keeps the
+session open until a call finds it broken or the process stops; then it closes it and
+opens a new one, after 0.5 s, doubling up to 30 s while the server keeps failing. Calls
+come from tool threads through `call`, which waits for a session up to the call's own
+timeout. A read that loses its connection is sent again on the new session (reads are
+safe to repeat); a write never is: before sending one the session is checked with a probe,
+and a write that loses its connection after it was sent is reported as of unknown outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import httpx2
+import structlog
+from mcp import Client, MCPError, StdioServerParameters, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
+
+from tools.exceptions import McpServerError, ToolError, bounded
+from tools.mcp.config import ServerConfig, printable
+from tools.mcp.loop import EventLoopThread
+
+log = structlog.get_logger(__name__)
+
+CLIENT_INFO = types.Implementation(name="switchboard", version="0.1.0")
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+STABLE_SECONDS = 30.0  # a session that lasted this long starts the backoff over
+PROBE_SECONDS = 5.0
+CANCEL_AFTER_SECONDS = 1.0
+MAX_PAGES = 100  # of tools/list
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults
+
+
+class Connection:
+    """The session with one configured server, shared by every thread of the process."""
+
+    def __init__(self, config: ServerConfig, loop: EventLoopThread) -> None:
+        self.config = config
+        self.loop = loop
+        self.listing: list[types.Tool] = []  # from the last connection
+        self.last_error: str | None = None
+        self.sessions = 0  # opened so far
+        # Loop-side state: read and changed only by coroutines running in `loop`.
+        self._client: Client | None = None
+        self._ready = asyncio.Event()
+        self._failed = asyncio.Event()  # an attempt failed since the last success
+        self._broken = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._holder: asyncio.Task[None] | None = None
+
+    # -- from any thread ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect and list the tools, or raise McpServerError saying why not. A stdio
+        server gets one try (a command that fails at once will fail again); an HTTP server
+        is tried again until `connect_timeout`, as it may still be starting."""
+        self.loop.run(self._start(), timeout=self.config.connect_timeout + 10)
+
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        tool_name: str,
+        timeout: float,
+        meta: dict[str, Any] | None,
+        repeatable: bool,
+    ) -> types.CallToolResult:
+        """Call the server's tool `name`; `tool_name` is ours, for messages. Raises ToolError
+        for every failure the model should read."""
+        call = _Call(name, arguments, tool_name, meta, repeatable, time.monotonic() + timeout)
+        try:
+            return self.loop.run(self._call(call), timeout=timeout + CANCEL_AFTER_SECONDS + 5)
+        except TimeoutError:  # the loop itself did not answer: the call's fate is not known
+            raise ToolError(call.lost("it did not answer in time")) from None
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self.loop.alive:
+            with contextlib.suppress(TimeoutError):
+                self.loop.run(self._close(), timeout=timeout + 1)
+
+    # -- in the loop ----------------------------------------------------------------
+
+    async def _start(self) -> None:
+        if self._holder is None:
+            self._holder = asyncio.create_task(self._hold(), name=f"mcp-{self.config.key}")
+        fail_fast = self.config.transport == "stdio"
+        if await self._wait_ready(self.config.connect_timeout, fail_fast=fail_fast):
+            return
+        reason = printable(self.last_error or f"no answer within {self.config.connect_timeout:g} s")
+        await self._close()
+        raise McpServerError(
+            f"{self.config.where}: cannot connect to {bounded(self.config.target, 120)}: "
+            f"{reason}; check its {'command' if fail_fast else 'url and headers'}, or remove "
+            "the server"
+        )
+
+    async def _hold(self) -> None:
+        delay = BACKOFF_FIRST
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                await self._session()
+            except Exception as error:  # the session's boundary: any failure means reconnect
+                self.last_error = describe(error, self.config)
+                self._failed.set()
+                log.warning(
+                    "mcp_server_unavailable",
+                    server=self.config.key,
+                    error=self.last_error,
+                    retry_in=delay,
+                    # a server that is down or gone needs no traceback; anything else does
+                    exc_info=None if isinstance(_leaf(error), _UNAVAILABLE) else error,
+                )
+            if self._stop.is_set():
+                return
+            if time.monotonic() - started >= STABLE_SECONDS:
+                delay = BACKOFF_FIRST
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _session(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            async with asyncio.timeout(self.config.connect_timeout):
+                client = await stack.enter_async_context(await self._open(stack))
+                listing = await _list_tools(client)
+            self._note_changes(listing)
+            self.listing, self._client, self.last_error = listing, client, None
+            self.sessions += 1
+            self._failed.clear()
+            self._ready.set()
+            log.info(
+                "mcp_server_connected",
+                server=self.config.key,
+                transport=self.config.transport,
+                tools=len(listing),
+                session=self.sessions,
+            )
+            try:
+                await _first(self._broken.wait(), self._stop.wait())
+            finally:
+                self._client = None
+                self._ready.clear()
+                self._broken.clear()
+
+    def _note_changes(self, listing: list[types.Tool]) -> None:
+        """Tools are registered at start-up; a server that comes back with other tools keeps
+        the registered ones (a call to a tool it dropped fails) until the process restarts."""
+        if not self.sessions:
+            return
+        before, now = {t.name for t in self.listing}, {t.name for t in listing}
+        if before != now:
+            log.warning(
+                "mcp_server_tools_changed",
+                server=self.config.key,
+                added=sorted(now - before)[:10],
+                removed=sorted(before - now)[:10],
+                hint="restart Switchboard to register the server's current tools",
+            )
+
+    async def _open(self, stack: contextlib.AsyncExitStack) -> Client:
+        config = self.config
+        if config.command is not None:
+            params = StdioServerParameters(
+                command=config.command,
+                args=list(config.args),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+            return Client(params, client_info=CLIENT_INFO, cache=None)
+        http = httpx2.AsyncClient(headers=dict(config.headers), timeout=HTTP_TIMEOUT)
+        await stack.enter_async_context(http)
+        transport = streamable_http_client(str(config.url), http_client=http)
+        return Client(transport, client_info=CLIENT_INFO, cache=None)
+
+    async def _wait_ready(self, timeout: float, *, fail_fast: bool = False) -> bool:
+        if self._ready.is_set():
+            return True
+        if timeout > 0:
+            waits = [self._ready.wait(), *([self._failed.wait()] if fail_fast else [])]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_first(*waits), timeout)
+        return self._ready.is_set()
+
+    async def _connected(self, call: _Call) -> Client:
+        if await self._wait_ready(call.remaining()) and self._client is not None:
+            return self._client
+        why = self.last_error or "it is not connected"
+        raise ToolError(
+            f"Error: {call.tool_name} was not run: MCP server '{self.config.key}' is "
+            f"unavailable ({why}); Switchboard keeps reconnecting, so try again later"
+        )
+
+    async def _call(self, call: _Call) -> types.CallToolResult:
+        for attempt in (1, 2):  # a read that lost its session is asked again on the next
+            client = await self._connected(call)
+            if not call.repeatable and not await self._alive(client, call):
+                client = await self._connected(call)  # a fresh session; the write was not sent
+            try:
+                return await self._send(client, call)
+            except _Lost as lost:
+                if not call.repeatable or attempt == 2:
+                    raise ToolError(call.lost(lost.reason)) from None
+        raise AssertionError("unreachable")
+
+    async def _send(self, client: Client, call: _Call) -> types.CallToolResult:
+        try:
+            return await client.call_tool(
+                call.name,
+                call.arguments,
+                # past the caller's own timeout, which reports it (`execute`); then the server
+                # is asked to cancel, and this thread is freed
+                read_timeout_seconds=call.remaining() + CANCEL_AFTER_SECONDS,
+                meta=call.meta,  # type: ignore[arg-type]  # a plain dict is what it sends
+            )
+        except MCPError as error:
+            if error.code == CONNECTION_CLOSED:
+                self._mark_broken(client, "the connection closed")
+                raise _Lost("the connection to the server closed") from None
+            if error.code == REQUEST_TIMEOUT:
+                raise ToolError(call.timed_out()) from None
+            raise ToolError(
+                f"Error: MCP server '{self.config.key}' refused {call.tool_name}: "
+                f"{bounded(error.message, 500)}"
+            ) from None
+        except ValidationError as error:
+            raise ToolError(
+                call.lost(f"its reply is not a valid MCP result ({error.error_count()} problems)")
+            ) from None
+
+    async def _alive(self, client: Client, call: _Call) -> bool:
+        """Check the session before a write, so one that died while idle is found out now,
+        before the write is sent, not after. The probe is a tools/list: `ping` is gone from
+        the 2026-07-28 protocol."""
+        try:
+            probe = client.session.list_tools()
+            await asyncio.wait_for(probe, min(PROBE_SECONDS, call.remaining()))
+        except MCPError as error:
+            if error.code != CONNECTION_CLOSED:
+                return True  # it answered, if not with a pong
+            self._mark_broken(client, "the connection closed")
+            return False
+        except TimeoutError:
+            return True  # slow, not gone: the call's own timeout decides
+        return True
+
+    def _mark_broken(self, client: Client, why: str) -> None:
+        if client is self._client:
+            self.last_error = why
+            self._ready.clear()
+            self._broken.set()
+            log.warning("mcp_server_connection_lost", server=self.config.key, why=why)
+
+    async def _close(self) -> None:
+        self._stop.set()
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(holder, 5.0)
+
+
+class _Call:
+    """One call in flight: what to send, and when its time is up."""
+
+    def __init__(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        tool_name: str,
+        meta: dict[str, Any] | None,
+        repeatable: bool,
+        deadline: float,
+    ) -> None:
+        self.name, self.arguments, self.tool_name = name, arguments, tool_name
+        self.meta, self.repeatable, self.deadline = meta, repeatable, deadline
+        self.timeout = max(deadline - time.monotonic(), 0.0)
+
+    def remaining(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def lost(self, reason: str) -> str:
+        if self.repeatable:
+            return f"Error: {self.tool_name} failed: {reason}"
+        return (
+            f"Error: {self.tool_name} was sent, but {reason}; its outcome is unknown (it may "
+            "have taken effect) and it was not retried"
+        )
+
+    def timed_out(self) -> str:
+        return self.lost(f"the server did not answer within {round(self.timeout, 1):g} s")
+
+
+class _Lost(Exception):
+    """The session broke while a call was in flight."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def _list_tools(client: Client) -> list[types.Tool]:
+    listed: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return listed
+    raise RuntimeError(f"tools/list gave more than {MAX_PAGES} pages")
+
+
+async def _first(*waits: Any) -> None:
+    """Wait until the first of these coroutines finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+# How servers are unavailable: a process that will not start or has exited, a connection
+# refused or dropped, no answer in time, an MCP error answer.
+_UNAVAILABLE = (OSError, TimeoutError, httpx2.TransportError, MCPError)
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first real error inside the exception groups anyio wraps errors in."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def describe(error: BaseException, config: ServerConfig) -> str:
+    """A failure to connect, in one line for the operator."""
+    leaf = _leaf(error)
+    if isinstance(leaf, FileNotFoundError) and config.command is not None:
+        return f"command not found: {bounded(config.command, 100)}"
+    if isinstance(leaf, MCPError) and leaf.code == CONNECTION_CLOSED:
+        if config.command is not None:
+            return "the server closed the connection (its process exited; its output is above)"
+        return "the server closed the connection"
+    if isinstance(leaf, TimeoutError):
+        return f"no answer within {config.connect_timeout:g} s"
+    return bounded(f"{type(leaf).__name__}: {leaf}", 300)
