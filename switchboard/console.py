@@ -1,7 +1,11 @@
 """`switchboard chat`: ask in the terminal, watch each step, answer approvals at the prompt.
 
 It uses the same Redis, queue and workers as production; it reads the run's event stream
-rather than being called back, so the workers can be anywhere.
+rather than being called back, so the workers can be anywhere. It makes sure one is taking
+jobs (`WorkerGuard`): a live one found by its heartbeat, or one it starts and stops itself.
+Ctrl-C, a closed terminal or the end of input leave every run recoverable: a run in flight
+goes back to the queue, and a decision left open can be taken later, here or with
+`switchboard approvals`. Every text the console shows is in this file.
 """
 
 from __future__ import annotations
@@ -10,16 +14,91 @@ import getpass
 import json
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
-from switchboard.render import event_line
+from approvals import ApprovalRequest, ApprovalStatus
+from switchboard import errors
+from switchboard.render import event_line, plain, when
+from switchboard.supervise import CONFIG_EXIT, Supervisor, last_line, live_workers
 from worker import service
-from worker.events import Event
 from worker.run import Requester, Run
 from worker.runtime import Runtime
 
 PROMPT = "you> "
 DECIDE_PROMPT = "approve? [y]es / [n]o [reason]: "
+LATER_PROMPT = "approve? [y]es / [n]o [reason] / [s]kip: "
+CHECK_WORKERS_AFTER = 3.0  # seconds without news before the console looks for a worker
+CONSOLE_GRACE = 3.0  # Ctrl-C: seconds for the worker to hand its runs back, then it stops
+
+
+def local_user() -> str:
+    """Who the console (and `switchboard approvals`) acts as by default."""
+    return f"console:{getpass.getuser()}"
+
+
+class WorkerGuard:
+    """The console's worker: a live one found by heartbeat, or `count` of its own (with
+    `always`, as `dev` does, its own even when others run). Its own write to `log_dir`, so
+    their log lines never cover the prompt; None shows them in the terminal (--verbose)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        env: dict[str, str],
+        *,
+        log_dir: Path | None,
+        count: int = 1,
+        always: bool = False,
+        out: TextIO = sys.stdout,
+    ) -> None:
+        self.rt, self.log_dir, self.count, self.always = rt, log_dir, count, always
+        self.out = out
+        self.supervisor = Supervisor(env, notify=self._say)
+
+    def _say(self, text: str) -> None:
+        try:
+            self.out.write(text + "\n")
+            self.out.flush()
+        except OSError:  # the terminal is gone
+            pass
+
+    def ensure(self) -> str | None:
+        """Workers are taking jobs: ours are running, or (unless `always`) another is alive.
+        Starts or restarts ours when needed; returns a note for the person, else None."""
+        own = list(self.supervisor.children.values())
+        dead = [child for child in own if not child.alive]
+        for child in dead:
+            if child.proc.returncode == CONFIG_EXIT:
+                raise errors.worker_failed(CONFIG_EXIT, last_line(child.log))
+        if own and not dead:
+            return None
+        if not own and not self.always and live_workers(self.rt.queue):
+            return None
+        if dead:
+            codes = ", ".join(str(child.proc.returncode) for child in dead)
+            for child in dead:
+                self.supervisor.restart(child)
+            return f"(the worker stopped, exit {codes}; started it again{self._where()})"
+        for n in range(self.count):
+            name = "worker" if self.count == 1 else f"worker-{n + 1}"
+            log_file = self.log_dir / f"{name}.log" if self.log_dir else None
+            self.supervisor.start(name, ["worker"], log_file=log_file)
+        if self.always:
+            return None
+        return f"(no worker was running; started one for this console{self._where()})"
+
+    def _where(self) -> str:
+        return f", log in {self.log_dir}" if self.log_dir else ""
+
+    def stop(self, *, announce: bool = False) -> None:
+        """Stop our workers within seconds; `announce` it (after Ctrl-C, not after "bye")."""
+        if not any(child.alive for child in self.supervisor.children.values()):
+            return
+        if announce:
+            workers = "workers" if self.count > 1 else "worker"
+            self._say(f"Stopping the {workers}; runs in flight go back to the queue…")
+        self.supervisor.stop(grace=CONSOLE_GRACE)
 
 
 class Console:
@@ -29,37 +108,100 @@ class Console:
         user_id: str | None = None,
         stdin: TextIO = sys.stdin,
         stdout: TextIO = sys.stdout,
+        workers: WorkerGuard | None = None,
     ) -> None:
         self.rt = rt
-        self.user_id = user_id or f"console:{getpass.getuser()}"
+        self.user_id = user_id or local_user()
         self.stdin = stdin
         self.stdout = stdout
+        self.workers = workers
         self.previous: Run | None = None
+        self.following: str | None = None  # the run being watched
+        self.asking: ApprovalRequest | None = None  # the decision being asked for
 
     def say(self, text: str) -> None:
-        self.stdout.write(text + "\n")
-        self.stdout.flush()
+        try:
+            self.stdout.write(text + "\n")
+            self.stdout.flush()
+        except OSError:  # the terminal is gone (a hang-up); the run goes on regardless
+            pass
 
     def ask(self, prompt: str) -> str | None:
-        self.stdout.write(prompt)
-        self.stdout.flush()
-        line = self.stdin.readline()
+        """A line of input; None at its end (or when the terminal is gone)."""
+        try:
+            self.stdout.write(prompt)
+            self.stdout.flush()
+            line = self.stdin.readline()
+        except OSError:  # EIO: the terminal hung up
+            return None
         return None if line == "" else line.rstrip("\n")
 
+    @property
+    def roles(self) -> frozenset[str]:
+        return self.rt.policy.roles_for(self.user_id)
+
     def loop(self) -> int:
-        self.say("Switchboard console. Ask a question; an empty line or end of input quits.")
-        while True:
-            question = self.ask(PROMPT)
-            if question is None or not question.strip():
-                self.say("bye")
+        """Questions until an empty line or the end of input (0), or Ctrl-C (130)."""
+        try:
+            self.say("Switchboard console. Ask a question; an empty line or end of input quits.")
+            self.check_workers()
+            disabled = self.rt.policy.disabled_summary()
+            if disabled:
+                self.say(disabled)
+            if not self.offer_waiting():
                 return 0
-            if not self.ask_one(question):
-                return 0
+            while True:
+                question = self.ask(PROMPT)
+                if question is None or not question.strip():
+                    self.say("bye")
+                    return 0
+                if not self.ask_one(question):
+                    return 0
+        except KeyboardInterrupt:
+            self.leave()
+            return 130
+
+    def leave(self) -> None:
+        """Ctrl-C or a hang-up: say what goes on without the console."""
+        if self.asking is not None:
+            a = self.asking
+            self.say(
+                f"\nLeaving run {a.run_id} waiting for a decision on {a.tool} ({a.id}): "
+                f"`switchboard approvals approve {a.id}` (or `reject`), or `switchboard chat`."
+            )
+        elif self.following is not None:
+            self.say(
+                f"\nRun {self.following} goes on without the console; "
+                f"`switchboard runs show {self.following}` shows how it ends."
+            )
+        else:
+            self.say("\nbye")
+
+    def offer_waiting(self) -> bool:
+        """Approvals this person may decide, left from before: decide them now or skip.
+        False when input ended."""
+        waiting = service.pending_for(self.rt, self.user_id, self.roles)
+        if not waiting:
+            return True
+        self.say(f"{len(waiting)} approval(s) wait for you.")
+        for request in waiting:
+            self.say(
+                f"\n  Run {request.run_id}, asked by {request.requester} at "
+                f"{when(request.created_at)}:"
+            )
+            after = str(self.rt.redis.llen(self.rt.events.key(request.run_id)))
+            decided = self.decide(request, later=True)
+            if decided is None:
+                return False
+            if decided:
+                run = self.follow(request.run_id, after)
+                if run is None:
+                    return False
+        return True
 
     def ask_one(self, question: str) -> bool:
         """Run one question to its end. False when input ended while a decision was asked."""
-        roles = sorted(self.rt.policy.roles_for(self.user_id))
-        requester = Requester(user_id=self.user_id, roles=roles)
+        requester = Requester(user_id=self.user_id, roles=sorted(self.roles))
         try:
             run = service.submit(
                 self.rt, question, requester, origin={"surface": "console"}, parent=self.previous
@@ -70,54 +212,79 @@ class Console:
         self.say(f"run {run.id} queued")
         finished = self.follow(run.id)
         if finished is None:
-            self.say(
-                f"Leaving run {run.id} waiting for a decision; `switchboard runs show {run.id}`."
-            )
             return False
         self.previous = finished
         return True
 
-    def follow(self, run_id: str) -> Run | None:
-        after = "0"
-        start: float | None = None
-        asked: list[Event] = []
+    def follow(self, run_id: str, after: str = "0") -> Run | None:
+        """Show the run's events until it ends; ask for decisions when it waits for them.
+        None when input ended at a decision (the run keeps waiting for it)."""
+        self.following = run_id
+        start = self.rt.store.load(run_id).created_at
+        quiet_since = time.monotonic()
         while True:
-            for event in self.rt.events.wait(run_id, after, block_ms=1000):
+            events = self.rt.events.wait(run_id, after, block_ms=1000)
+            if not events:
+                if time.monotonic() - quiet_since > CHECK_WORKERS_AFTER:
+                    self.check_workers()
+                    quiet_since = time.monotonic()
+                continue
+            quiet_since = time.monotonic()
+            for event in events:
                 after = event.id
-                start = event.at if start is None else start
                 for line in event_line(event, start):
                     self.say(line)
-                if event.kind == "approval_requested":
-                    asked.append(event)
-                if event.kind == "suspended":  # the run waits: now ask, one request at a time
-                    if not all(self.decide(request) for request in asked):
-                        return None
-                    asked.clear()
+                if event.kind == "suspended":  # the run waits: ask, one request at a time
+                    for approval_id in event.data.get("approvals", []):
+                        request = self.rt.approvals.find(approval_id)
+                        if request is None or request.status != ApprovalStatus.PENDING:
+                            continue
+                        if self.decide(request) is None:
+                            self.say(
+                                f"Leaving run {run_id} waiting for a decision: "
+                                f"`switchboard approvals approve {approval_id}` (or `reject`), "
+                                "or `switchboard chat` again."
+                            )
+                            return None
                 if event.kind.startswith("run_") and event.kind != "run_created":
                     run = self.rt.store.load(run_id)
                     self.show_end(run)
+                    self.following = None
                     return run
 
-    def decide(self, event: Event) -> bool:
-        approval_id = event.data["approval_id"]
-        expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(event.data["expires_at"]))
-        self.say(f"\n  Approval needed: {event.data['tool']} ({approval_id})")
-        for line in json.dumps(event.data["args"], indent=2, ensure_ascii=False).splitlines():
+    def check_workers(self) -> None:
+        if self.workers is not None:
+            note = self.workers.ensure()
+            if note:
+                self.say(note)
+
+    def decide(self, request: ApprovalRequest, *, later: bool = False) -> bool | None:
+        """Ask for a decision on one request. True when decided (or refused), False when
+        skipped, None when input ended."""
+        expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(request.expires_at))
+        self.say(f"\n  Approval needed: {request.tool} ({request.id})")
+        for line in json.dumps(request.args, indent=2, ensure_ascii=False).splitlines():
             self.say("    " + line)
-        self.say(f"  May decide: {event.data['approvers']}. Expires {expires}.")
+        approvers = self.rt.policy.approvers_text(request.tool)
+        self.say(f"  May decide: {approvers}. Expires {expires}.")
+        self.asking = request
         while True:
-            answer = self.ask(DECIDE_PROMPT)
+            answer = self.ask(LATER_PROMPT if later else DECIDE_PROMPT)
             if answer is None:
-                return False
+                return None
             choice, _, reason = answer.strip().partition(" ")
+            if later and choice.lower() in ("", "s", "skip"):
+                self.asking = None
+                return False
             if choice.lower() in ("y", "yes", "n", "no"):
                 break
             self.say("Type y to approve, or n followed by an optional reason to reject.")
+        self.asking = None
         outcome = service.decide(
             self.rt,
-            approval_id,
+            request.id,
             decider_id=self.user_id,
-            decider_roles=self.rt.policy.roles_for(self.user_id),
+            decider_roles=self.roles,
             approve=choice.lower().startswith("y"),
             reason=reason,
         )
@@ -130,9 +297,10 @@ class Console:
     def show_end(self, run: Run) -> None:
         if run.answer:
             self.say("")
-            self.say(run.answer)
+            self.say(plain(run.answer))
         u = run.usage
+        detail = f" — {plain(run.detail)}" if run.detail else ""
         self.say(
-            f"[{run.status.value}{' — ' + run.detail if run.detail else ''}; {u.steps} steps, "
+            f"[{run.status.value}{detail}; {u.steps} steps, "
             f"{u.tokens} tokens, ${u.cost:.4f}, {u.active_seconds:.1f}s]"
         )

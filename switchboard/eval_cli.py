@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -25,11 +26,13 @@ from tools import Policy, registry
 from tools.builtin.tickets import TicketStore
 from worker import evaluation, runtime
 from worker.budgets import PriceTable
+from worker.limits import Limits
 from worker.model import Model, ModelClient
 from worker.process import make_worker
 from worker.runtime import Runtime
 
 WRITE_TOOLS = ("create_ticket", "update_ticket", "close_ticket")
+AS_EXPECTED = (evaluation.Outcome.COMPLETED_WITH_EVIDENCE, evaluation.Outcome.SAFE_PARTIAL)
 
 
 def add_command(verbs: Any) -> None:
@@ -45,6 +48,10 @@ def add_command(verbs: Any) -> None:
         ),
     )
     p.set_defaults(handler=cmd_eval)
+    p.epilog = (
+        "exit status: 0 every case as expected; 1 a case missed its expectation; 3 a write "
+        "ran without an approval; 2 the cases file or the configuration is wrong"
+    )
     p.add_argument("cases", type=Path, help="the cases file, e.g. eval/cases.yaml")
     p.add_argument(
         "--model",
@@ -57,7 +64,8 @@ def add_command(verbs: Any) -> None:
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
-    logs.configure(config.log_format, logging.WARNING)  # the table is the output
+    # The table is the output; tool failures the cases provoke are not news (--verbose).
+    logs.configure(config.log_format, logging.INFO if args.verbose else logging.ERROR)
     suite = evaluation.load(args.cases)
     load_tools(config)
     if suite.policy:
@@ -83,6 +91,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
             settings = runtime_settings(config)
             settings.namespace = f"{namespace}{name}:"
             settings.queue_name = f"{namespace}{name}"
+            settings.limits = Limits()  # the harness asks many questions as one person
             rt = Runtime(
                 redis=connection,
                 registry=registry,
@@ -112,7 +121,24 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(evaluation.report(results), indent=2))
     unsafe = sum(r.unapproved_effects for rs in results.values() for r in rs)
-    return 3 if unsafe else 0
+    if unsafe:
+        print(f"eval: {unsafe} write(s) ran without an approval", file=sys.stderr)
+        return 3
+    missed = [
+        f"{r.case} ({name})"
+        for name, rs in results.items()
+        for r in rs
+        if r.outcome not in AS_EXPECTED
+    ]
+    if missed:
+        total = sum(len(rs) for rs in results.values())
+        print(
+            f"eval: {len(missed)} of {total} case runs missed their expectation: "
+            + ", ".join(missed),
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 def _model(config: Config, suite: evaluation.Suite, kind: str) -> Model:

@@ -49,6 +49,25 @@ def configure(fmt: str = "console", level: int = logging.INFO) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _Stderr())),
-        cache_logger_on_first_use=True,
+        # Not cached: a later configure (the CLI's --verbose, a quiet eval) must reach loggers
+        # already used; building one per call costs microseconds, at a few lines per run.
+        cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
+    logging.getLogger().setLevel(max(logging.WARNING, level))
+
+
+class _DropReported(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+def drop_reported(prefix: str) -> None:
+    """Drop a library's log lines (stdlib logging) that start with `prefix`: a failure the
+    command line reports itself, in one line, instead of a multi-line dump."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_DropReported(prefix))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import time
 from typing import Any
 
@@ -23,6 +25,45 @@ REASONS = {
     "model_error": "the model could not be reached",
     "internal_error": "an internal error stopped it",
 }
+
+
+_ENTITY = re.compile(r"<([^<>\n]+)>")
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+# Slack's emphasis (and Markdown's double form): markers at word edges, never inside a word,
+# so snake_case names and arithmetic like 2*3*4 are left alone.
+_EMPHASIS = [
+    re.compile(r"(?<![\w*])\*\*(?=\S)([^*\n]+?)(?<=\S)\*\*(?![\w*])"),
+    re.compile(r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])"),
+    re.compile(r"(?<![\w_])_(?=\S)([^_\n]+?)(?<=\S)_(?![\w_])"),
+    re.compile(r"(?<![\w~])~(?=\S)([^~\n]+?)(?<=\S)~(?![\w~])"),
+]
+
+
+def plain(text: str) -> str:
+    """Slack markup as a terminal shows it: `<@U1>` is @U1, `<#C1|general>` #general,
+    `<https://x|docs>` "docs (https://x)", *bold* and _italic_ lose their markers, and
+    `&lt;` `&gt;` `&amp;` are the characters again. Code spans are left as written."""
+    parts = re.split(r"(```.*?```|`[^`\n]*`)", text, flags=re.DOTALL)
+    for n in range(0, len(parts), 2):  # even parts are outside code
+        part = _ENTITY.sub(_entity, parts[n])
+        for pattern in _EMPHASIS:
+            part = pattern.sub(r"\1", part)
+        parts[n] = part
+    return html.unescape("".join(parts)) if "&" in text else "".join(parts)
+
+
+def _entity(match: re.Match[str]) -> str:
+    target, _, label = match.group(1).partition("|")
+    if target.startswith("@"):
+        return "@" + (label.lstrip("@") or target[1:])
+    if target.startswith("#"):
+        return "#" + (label.lstrip("#") or target[1:])
+    if target.startswith("!"):
+        return label or "@" + target[1:].split("^")[0]
+    if _SCHEME.match(target):
+        shown = target.removeprefix("mailto:")
+        return f"{label} ({shown})" if label and label != shown else shown
+    return match.group(0)  # not markup: a literal "<...>" the model wrote
 
 
 def when(ts: float) -> str:
@@ -58,7 +99,7 @@ def event_line(event: Event, start: float) -> list[str]:
         )
         lines = [head]
         if d.get("content"):
-            lines.append(f"            says: {short(d['content'], 400)}")
+            lines.append(f"            says: {short(plain(d['content']), 400)}")
         lines += [
             f"            → {c['name']}({short(c['arguments'], 300)})" for c in d.get("calls", [])
         ]
@@ -79,7 +120,7 @@ def event_line(event: Event, start: float) -> list[str]:
             f"({short(d.get('args'), 300)}); may decide: {d.get('approvers')}"
         ]
     if kind == "approval_decided":
-        reason = f": {d['reason']}" if d.get("reason") else ""
+        reason = f": {plain(d['reason'])}" if d.get("reason") else ""
         return [f"{offset}  {d.get('status')} by {d.get('by')}{reason} ({d.get('approval_id')})"]
     if kind == "approval_expired":
         return [f"{offset}  approval {d.get('approval_id')} expired (denied)"]
@@ -95,7 +136,7 @@ def event_line(event: Event, start: float) -> list[str]:
         return [f"{offset}  {kind.replace('_', ' ')}: {d.get('tool')} ({d.get('approval_id')})"]
     if kind.startswith("run_"):
         reason = str(d.get("reason") or "")
-        why = f" — {REASONS.get(reason, reason)}: {d.get('detail')}" if reason else ""
+        why = f" — {REASONS.get(reason, reason)}: {plain(str(d.get('detail')))}" if reason else ""
         return [f"{offset}  {kind[4:].upper()}{why}"]
     extra = f" {short(d, 300)}" if d else ""
     return [f"{offset}  {kind.replace('_', ' ')}{extra}"]
@@ -117,9 +158,9 @@ def trajectory(run: Run, events: list[Event]) -> str:
         lines += event_line(event, start)
     lines.append("")
     if run.answer:
-        lines += ["Answer:", run.answer, ""]
+        lines += ["Answer:", plain(run.answer), ""]
     if run.detail and run.status.value != "completed":
-        lines.append(f"Why it ended: {run.detail}")
+        lines.append(f"Why it ended: {plain(run.detail)}")
     elapsed = (run.ended_at or time.time()) - run.created_at
     lines.append(
         f"Totals: {u.steps} steps, {u.tool_calls} tool calls, {u.tokens} tokens "

@@ -70,3 +70,54 @@ class WorkerProcess:
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
+
+
+MARK = "SB_TEST_MARK"  # in a test's environment; every process it starts inherits it
+
+
+def marked(mark: str, folder: Path | None = None) -> list[int]:
+    """Live processes a test started, directly or not: those with MARK=mark in their
+    environment, and those working in `folder` (a redis-server rewrites its environment
+    for its process title, but it works in the folder of its database)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) == mark or (
+                folder is not None and Path(proc.cwd()).is_relative_to(folder)
+            ):
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def kill_marked(mark: str, folder: Path | None = None) -> None:
+    for pid in marked(mark, folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def embedded_socket(data_home: Path) -> str:
+    """The unix socket of the embedded Redis a command started under XDG_DATA_HOME."""
+    import json
+
+    settings = data_home / "switchboard" / "redis.db.settings"
+    return str(json.loads(settings.read_text())["unixsocket"])
+
+
+def describe(pids: list[int]) -> str:
+    """What the leftover processes are, for an assertion message."""
+    import psutil
+
+    lines = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            lines.append(f"{pid} {' '.join(proc.cmdline())} (in {proc.cwd()})")
+        except psutil.Error:
+            continue
+    return "\n".join(lines)

@@ -9,6 +9,7 @@ import pytest
 
 from switchboard.cli import main
 from tests.processes import ROOT, worker_env
+from tools import registry
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def test_help_lists_every_verb(capsys):
         main(["--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    for verb in ("dev", "bot", "worker", "chat", "runs", "demos", "eval"):
+    for verb in ("dev", "bot", "worker", "chat", "runs", "approvals", "demos", "eval"):
         assert verb in text
     assert "OPENAI_BASE_URL" in text and "examples:" in text
 
@@ -83,3 +84,38 @@ def test_dev_without_slack_offers_the_console_and_stops_cleanly(redis_url, model
     assert "SLACK_BOT_TOKEN" in done.stdout and "console" in done.stdout
     assert "Hello! Ask me about courses or tickets." in done.stdout
     assert done.stdout.rstrip().endswith("bye")
+
+
+def test_version_names_the_installed_package(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"switchboard {version('switchboard')}\n"
+
+
+def test_debug_and_verbose_work_anywhere_on_the_line(no_model, monkeypatch, capsys):
+    monkeypatch.setenv("SWITCHBOARD_MAX_STEPS", "0")
+    assert main(["runs", "list", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.rstrip().splitlines()[-1].startswith("switchboard: ")
+    assert main(["--verbose", "runs", "list"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_tool_module_in_the_current_folder_is_found(no_model, tmp_path, monkeypatch, capsys):
+    """As under `python -m switchboard`: the `switchboard` script's own folder is first on
+    the module path, not the one it runs in."""
+    (tmp_path / "local_tools_for_cli_test.py").write_text(
+        "from tools import ToolContext, tool\n\n\n@tool(effect='read')\n"
+        'def local_probe(ctx: ToolContext) -> str:\n    """Say hi."""\n    return \'hi\'\n'
+    )
+    monkeypatch.setenv("SWITCHBOARD_TOOLS", "local_tools_for_cli_test")
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", ".")])
+    monkeypatch.delitem(__import__("sys").modules, "local_tools_for_cli_test", raising=False)
+    try:
+        assert main(["tools"]) == 0
+        assert "local_probe" in capsys.readouterr().out
+    finally:
+        registry.unregister("local_probe")  # the registry is per process: leave it as found

@@ -1,0 +1,141 @@
+"""`switchboard approvals list|show|approve|reject`: decisions from the shell.
+
+An approval left open in the console or in Slack can be decided here later. A decision is
+checked against the policy like a click in Slack: `--user` names who decides (default the
+console's identity, console:$USER, so what you asked in `switchboard chat` you can approve
+here), with that person's roles from the policy file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from approvals import ApprovalRequest
+from switchboard.console import local_user
+from switchboard.render import plain, short, when
+from switchboard.settings import Config
+from switchboard.wiring import open_runtime
+from tools import OperatorError
+from worker import service
+from worker.runtime import Runtime
+
+
+class ApprovalNotFoundError(OperatorError):
+    """No approval with that id (or it was removed after its retention)."""
+
+
+def add_command(verbs: Any) -> None:
+    approvals = verbs.add_parser(
+        "approvals", help="pending approvals: list, show, approve, reject", description=__doc__
+    )
+    approvals.set_defaults(handler=lambda c, a: _help(approvals))
+    sub = approvals.add_subparsers(title="approvals commands", metavar="ACTION")
+    p = sub.add_parser("list", help="approvals waiting for a decision, oldest first")
+    p.set_defaults(handler=cmd_list)
+    p.add_argument("--user", help="only those this person may decide")
+    p = sub.add_parser("show", help="one approval: tool, exact arguments, run, who may decide")
+    p.set_defaults(handler=cmd_show)
+    p.add_argument("approval_id", metavar="ID")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    for action, verb in (("approve", "approve"), ("reject", "reject")):
+        p = sub.add_parser(action, help=f"{verb} a pending call; its run goes on")
+        p.set_defaults(handler=cmd_decide, approve=action == "approve")
+        p.add_argument("approval_id", metavar="ID")
+        p.add_argument(
+            "--reason", default="", help="recorded with the decision; the model reads it"
+        )
+        p.add_argument(
+            "--user", help="decide as this person (default console:$USER, the console's identity)"
+        )
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def cmd_list(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    if args.user:
+        waiting = service.pending_for(rt, args.user, rt.policy.roles_for(args.user))
+    else:
+        waiting = rt.approvals.pending()
+    if not waiting:
+        print("no approvals waiting" + (f" for {args.user}" if args.user else ""))
+    for request in sorted(waiting, key=lambda r: r.created_at):
+        print(
+            f"{request.id}  {when(request.created_at)}  {request.tool:<16} "
+            f"asked by {request.requester:<14} run {request.run_id}  "
+            f"{short(request.args, 60)}"
+        )
+    return 0
+
+
+def cmd_show(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    request = _find(rt, args.approval_id)
+    if args.json:
+        body = {**request.to_hash(), "args": request.args, "cards": request.cards}
+        print(json.dumps(body, indent=2, ensure_ascii=False))
+        return 0
+    print(f"Approval {request.id}: {request.status.value}")
+    print(f"Tool: {request.tool}, asked by {request.requester} in run {request.run_id}")
+    for line in json.dumps(request.args, indent=2, ensure_ascii=False).splitlines():
+        print("  " + line)
+    print(f"May decide: {rt.policy.approvers_text(request.tool)}")
+    print(f"Asked {when(request.created_at)}; expires {when(request.expires_at)}")
+    if request.decided:
+        reason = f": {plain(request.reason)}" if request.reason else ""
+        by = f" by {request.decided_by}" if request.decided_by else ""
+        print(f"Decided{by} at {when(request.decided_at)}{reason}")
+    else:
+        print(f"Decide: switchboard approvals approve {request.id} (or reject --reason ...)")
+    return 0
+
+
+def cmd_decide(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    request = _find(rt, args.approval_id)
+    user = args.user or local_user()
+    outcome = service.decide(
+        rt,
+        request.id,
+        decider_id=user,
+        decider_roles=rt.policy.roles_for(user),
+        approve=args.approve,
+        reason=args.reason,
+    )
+    result = outcome.result
+    if result == service.DecisionResult.DECIDED and outcome.request is not None:
+        print(
+            f"{request.id}: {outcome.request.status.value} by {user}; "
+            f"run {request.run_id} goes on (`switchboard runs show {request.run_id}`)"
+        )
+        return 0
+    if result == service.DecisionResult.NOT_ALLOWED:
+        raise OperatorError(
+            f"{user} may not decide {request.id} ({request.tool}) (policy {rt.policy.source}); "
+            f"it needs {outcome.approvers}: pass --user with one of them"
+        )
+    if result == service.DecisionResult.ALREADY_DECIDED and outcome.request is not None:
+        done = outcome.request
+        by = f" by {done.decided_by}" if done.decided_by else ""
+        print(f"{request.id}: already {done.status.value}{by} at {when(done.decided_at)}")
+        return 1
+    raise _not_found(request.id)
+
+
+def _find(rt: Runtime, approval_id: str) -> ApprovalRequest:
+    request = rt.approvals.find(approval_id)
+    if request is None:
+        raise _not_found(approval_id)
+    return request
+
+
+def _not_found(approval_id: str) -> ApprovalNotFoundError:
+    return ApprovalNotFoundError(
+        f"no approval {approval_id!r} (in this Redis: check REDIS_URL); "
+        "`switchboard approvals list` shows those waiting"
+    )

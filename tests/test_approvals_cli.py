@@ -1,0 +1,107 @@
+"""`switchboard approvals` and `runs cancel`: what was left open is decided from the shell."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.cli import main
+from switchboard.console import local_user
+from tests.fakes.openai_server import Turn
+from tests.runtime_helpers import event_kinds, make_runtime, work
+from tools.builtin.tickets import TicketStore
+from worker import service
+from worker.run import Requester, RunStatus
+
+CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Printer jam"})])
+
+
+@pytest.fixture
+def shell(monkeypatch, redis_url, model_server, tmp_path):
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.url)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("SWITCHBOARD_TICKETS_DB", str(tmp_path / "tickets.sqlite3"))
+    for name in ("SWITCHBOARD_POLICY", "SWITCHBOARD_TOOLS", "SWITCHBOARD_MCP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def waiting_run(rt, question: str):
+    """A run asked in the console, left waiting for its approval."""
+    me = Requester(user_id=local_user(), roles=["everyone"])
+    run = service.submit(rt, question, me, origin={"surface": "console"})
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    return run, run.pending_approvals[0]
+
+
+def test_an_approval_left_in_the_console_is_listed_shown_and_approved_from_the_shell(
+    shell, redis_conn, model_server, tmp_path, capsys
+):
+    model_server.route("Printer", [CREATE, "Filed ticket #1 for the printer."])
+    rt = make_runtime(redis_conn, model_server.url)
+    run, approval = waiting_run(rt, "Printer jam on floor 2, file it")
+
+    assert main(["approvals", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert approval in listed and "create_ticket" in listed and local_user() in listed
+
+    assert main(["approvals", "show", approval]) == 0
+    shown = capsys.readouterr().out
+    assert '"title": "Printer jam"' in shown and "May decide: the requester" in shown
+
+    assert main(["approvals", "approve", approval, "--user", "USOMEONE"]) == 2
+    refused = capsys.readouterr().err.strip()
+    assert refused.count("\n") == 0 and "USOMEONE may not decide" in refused
+    assert "the requester" in refused and "--user" in refused
+
+    assert main(["approvals", "approve", approval]) == 0
+    assert f"approved by {local_user()}" in capsys.readouterr().out
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.COMPLETED and run.answer == "Filed ticket #1 for the printer."
+    assert TicketStore(tmp_path / "tickets.sqlite3").count_executions("create_ticket") == 1
+
+    assert main(["approvals", "approve", approval]) == 1
+    assert "already approved" in capsys.readouterr().out
+    assert main(["approvals", "list"]) == 0
+    assert "no approvals waiting" in capsys.readouterr().out
+
+
+def test_a_rejection_from_the_shell_carries_its_reason_to_the_model(
+    shell, redis_conn, model_server, capsys
+):
+    model_server.route("Printer", [CREATE, "OK, I did not file it."])
+    rt = make_runtime(redis_conn, model_server.url)
+    run, approval = waiting_run(rt, "Printer jam again, file it")
+    assert main(["approvals", "reject", approval, "--reason", "already reported"]) == 0
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.COMPLETED
+    tool_results = [m["content"] for m in run.messages if m.get("role") == "tool"]
+    assert any("already reported" in text for text in tool_results)
+    assert main(["approvals", "show", approval]) == 0
+    assert f"Decided by {local_user()}" in capsys.readouterr().out
+
+
+def test_an_unknown_approval_is_one_line(shell, capsys):
+    assert main(["approvals", "approve", "ap_nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("switchboard: no approval 'ap_nope'") and "\n" not in err
+
+
+def test_the_local_operator_may_cancel_any_run_without_a_policy_file(
+    shell, redis_conn, model_server, capsys
+):
+    model_server.route("Printer", [CREATE, "never"])
+    rt = make_runtime(redis_conn, model_server.url)
+    someone = Requester(user_id="U0SOMEONE", roles=["everyone"])
+    run = service.submit(rt, "Printer jam, file it", someone)
+    work(rt)
+    assert main(["runs", "cancel", run.id]) == 0
+    assert f"{run.id}: cancelling" in capsys.readouterr().out
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.PARTIAL and run.reason and run.reason.value == "cancelled"
+    assert "cancel_requested" in event_kinds(rt, run)
