@@ -28,6 +28,8 @@ from slack_bolt import App, BoltRequest
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_bolt.error import BoltError
 from slack_sdk import WebClient
+from slack_sdk.socket_mode.builtin import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bot import envelope, signature
 from bot.identity import GROUPS_TTL, Identity, UserGroups
@@ -35,6 +37,7 @@ from bot.installations import Home, Installations
 from bot.listeners import Bot, register
 from bot.surface import SlackSurface, with_rate_limit_retries
 from bot.threads import Threads
+from worker import metrics
 from worker.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -129,7 +132,7 @@ def serve(
         finally:
             server.server_close()
         return 0
-    handler = SocketModeHandler(app, app_token)
+    handler = TimedSocketModeHandler(app, app_token)
     log.info("bot_started", mode="socket")
     try:
         handler.start()
@@ -223,6 +226,15 @@ class SlackHTTPServer(ThreadingHTTPServer):
         log.exception("http_request_failed")
 
 
+class TimedSocketModeHandler(SocketModeHandler):
+    """Bolt's Socket Mode handler, timing each request from arrival to its acknowledgement."""
+
+    def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        started = time.perf_counter()
+        super().handle(client, req)
+        metrics.observe_ack(time.perf_counter() - started)
+
+
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
     b'Content-Length: 17\r\nConnection: close\r\n\r\n{"error": "busy"}'
@@ -236,6 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: SlackHTTPServer
 
     def do_POST(self) -> None:
+        started = time.perf_counter()
         path, _, query = self.path.partition("?")
         if path != EVENTS_PATH:
             self._send(404, {"error": "not found"})
@@ -292,9 +305,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         response = self.server.app.dispatch(request)
         self._send(response.status, response.body, response.headers)
+        metrics.observe_ack(time.perf_counter() - started)
 
     def do_GET(self) -> None:
-        if self.path.partition("?")[0] != HEALTH_PATH:
+        path = self.path.partition("?")[0]
+        if path == metrics.METRICS_PATH:
+            body, content_type = metrics.render(self.server.rt)
+            self._send(200, body.decode(), {"Content-Type": content_type})
+            return
+        if path != HEALTH_PATH:
             self._send(404, {"error": "not found"})
             return
         try:

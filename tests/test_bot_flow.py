@@ -375,3 +375,26 @@ def test_cancel_from_the_status_message_withdraws_the_card_and_says_why(
     assert "<@UALICE> cancelled the run" in texts(ending["blocks"])
     assert ending["thread_ts"] == mention["ts"]
     assert TicketStore(tickets_db).count_executions("create_ticket") == 0
+
+
+def test_the_bots_own_port_serves_metrics_and_times_its_acks(
+    env: BotEnv, model_server: FakeOpenAI, tickets_db: Path
+) -> None:
+    import urllib.request
+
+    model_server.route("2 + 3", [Turn(tool_calls=[("calculate", {"expression": "2 + 3"})]), "5"])
+    model_server.route("VPN is down", [CREATE, "Filed."])
+    env.event(app_mention("<@UBOT> what is 2 + 3?", user=ALICE))
+    env.wait_for_runs(1)
+    env.work()
+    suspended_on_card(env)
+    metrics_url = env.url.replace("/slack/events", "/metrics")
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert float(lines['switchboard_runs_total{status="completed"}']) >= 1
+    assert float(lines["switchboard_approvals_pending"]) >= 1
+    assert "switchboard_queue_depth" in lines
+    assert float(lines["switchboard_model_call_seconds_count"]) >= 2
+    assert float(lines["switchboard_slack_ack_seconds_count"]) >= 2  # the two mentions

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextvars
 import os
+import time
 from datetime import UTC, datetime
 
 import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus, LedgerState
 from tools import Observation, Tool, ToolContext, canonical_json, execute
+from worker import metrics
 from worker.run import Call, Run
 from worker.runtime import Runtime
 
@@ -17,7 +19,9 @@ log = structlog.get_logger(__name__)
 
 
 def context_for(run: Run, call: Call, idempotency_key: str | None = None) -> ToolContext:
-    """Identity comes from the run's verified requester, never from the model's arguments."""
+    """Identity comes from the run's verified requester, never from the model's arguments.
+    The deadline is what is left of the run's working time (as of its last saved step)."""
+    left = run.budgets.deadline_seconds - run.usage.active_seconds
     return ToolContext(
         user_id=run.requester.user_id,
         team_id=run.requester.team_id,
@@ -26,6 +30,7 @@ def context_for(run: Run, call: Call, idempotency_key: str | None = None) -> Too
         run_id=run.id,
         call_id=call.id,
         idempotency_key=idempotency_key,
+        deadline=time.monotonic() + left,
     )
 
 
@@ -123,6 +128,7 @@ def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRe
 def record_result(
     rt: Runtime, run: Run, call: Call, observation: Observation, approval_id: str | None = None
 ) -> None:
+    metrics.tool_called(call.name, call.effect, observation.ok)
     rt.events.append(
         run.id,
         "tool_result",

@@ -17,7 +17,7 @@ import structlog
 
 from approvals import ApprovalStatus
 from tools import ArgumentError, canonical_json, decode_arguments
-from worker import executor
+from worker import executor, metrics
 from worker.budgets import exhausted
 from worker.grounding import untraceable
 from worker.model import ModelError, ModelTurn
@@ -172,6 +172,7 @@ def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
     usage.completion_tokens += turn.completion_tokens
     cost = rt.prices.cost(run.model, turn.prompt_tokens, turn.completion_tokens)
     usage.cost = round(usage.cost + cost, 8)
+    metrics.model_called(turn, cost)
     if rt.settings.limits.cost_per_day:
         rt.limits.spend(run.requester.user_id, cost)
     rt.events.append(
@@ -392,6 +393,7 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         seconds=run.usage.active_seconds,
     )
     rt.save(run, lease_token)
+    metrics.run_ended(run.status)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
     admit_next(rt, run)
     rt.surface(run).finished(run)

@@ -9,6 +9,7 @@ import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from tools import valid_unicode
+from worker import metrics
 from worker.limits import LimitExceeded
 from worker.run import Requester, Run, RunStatus, new_run_id
 from worker.runtime import Runtime
@@ -148,6 +149,7 @@ def decide(
     if not decision.won:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
     rt.cancel_expiry(approval_id)
+    metrics.approval_decided(decision.request)
     rt.events.append(
         request.run_id,
         "approval_decided",

@@ -1,0 +1,274 @@
+"""Prometheus metrics: runs, the queue, approvals, model time, tokens, cost, tool calls, acks.
+
+Counters and histograms are per process: each process counts what it did itself, and
+Prometheus adds the processes up (`sum`). Gauges that describe shared state (the queue's
+length, approvals pending) are read from Redis when scraped, by a collector, in one round
+trip of O(1)/O(log N) commands (LLEN, ZCARD, ZRANGE 0 0), however large the backlog. Every
+process reports the same shared value, so dashboards take `max`, not `sum`.
+
+Labels are bounded: a run's final status (3 values), a token kind (2), tool names (the
+registry's), a tool's effect and outcome (2 each). Never a user, a run or a channel.
+
+Served by `render` on a server the process already has (the bot's HTTP port) or by `serve`
+on a port of its own (a Socket Mode bot, a worker), which also answers `/healthz` (Redis
+answers) and `/livez` (the process answers; no Redis) for probes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import redis
+import structlog
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
+
+from tools import OperatorError
+
+if TYPE_CHECKING:
+    from approvals import ApprovalRequest
+    from worker.model import ModelTurn
+    from worker.run import RunStatus
+    from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+# `*_created` series (a counter's start time) double what a scrape carries and are not used by
+# rate() or by the dashboard; this process owns its registry, so they are off for all of it.
+disable_created_metrics()
+
+RUN_STATUSES = ("completed", "partial", "failed")
+TOKEN_KINDS = ("prompt", "completion")
+
+RUNS = Counter("switchboard_runs", "Runs that ended, by final status.", ["status"])
+MODEL_CALL = Histogram(
+    "switchboard_model_call_seconds",
+    "Time of one answered model call (Chat Completions, the client's retries included).",
+    buckets=(0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+)
+TOKENS = Counter("switchboard_model_tokens", "Tokens the model read and wrote.", ["kind"])
+COST = Counter("switchboard_cost_usd", "Model spend, by the price table (USD per 1M tokens).")
+TOOL_CALLS = Counter(
+    "switchboard_tool_calls",
+    "Tool calls that ran, by tool, effect (read or write) and outcome (ok or error).",
+    ["tool", "effect", "outcome"],
+)
+APPROVAL_DECISION = Histogram(
+    "switchboard_approval_decision_seconds",
+    "From an approval request to a person's decision (approved or rejected).",
+    buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600),
+)
+SLACK_ACK = Histogram(
+    "switchboard_slack_ack_seconds",
+    "From a Slack request's arrival to its acknowledgement (Slack allows 3 s).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5),
+)
+
+for _status in RUN_STATUSES:  # every series exists from the start, so rate() sees the first
+    RUNS.labels(_status)
+for _kind in TOKEN_KINDS:
+    TOKENS.labels(_kind)
+
+
+# --- recording (one call from each place that knows) -------------------------------------------
+
+
+def model_called(turn: ModelTurn, cost: float) -> None:
+    MODEL_CALL.observe(max(0.0, turn.seconds))
+    TOKENS.labels("prompt").inc(max(0, turn.prompt_tokens))
+    TOKENS.labels("completion").inc(max(0, turn.completion_tokens))
+    COST.inc(max(0.0, cost))
+
+
+def run_ended(status: RunStatus) -> None:
+    RUNS.labels(status.value).inc()
+
+
+def tool_called(tool: str, effect: str, ok: bool) -> None:
+    TOOL_CALLS.labels(tool, effect, "ok" if ok else "error").inc()
+
+
+def approval_decided(request: ApprovalRequest) -> None:
+    APPROVAL_DECISION.observe(max(0.0, request.decided_at - request.created_at))
+
+
+def observe_ack(seconds: float) -> None:
+    SLACK_ACK.observe(max(0.0, seconds))
+
+
+# --- shared state, read at scrape time ---------------------------------------------------------
+
+
+class SharedState(Collector):
+    """The gauges read when scraped: from Redis (queue, approvals) and from this process's
+    runtime (runs it is working on). Reports nothing until a runtime is watched."""
+
+    def __init__(self) -> None:
+        self.rt: Runtime | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return [_gauge(name, text) for name, text in _GAUGES.items()]
+
+    def collect(self) -> Iterable[Metric]:
+        rt = self.rt
+        if rt is None:
+            return []
+        gauges = [_gauge("switchboard_runs_in_flight", value=len(rt.leases.held()))]
+        try:
+            pipe = rt.redis.pipeline(transaction=False)
+            pipe.llen(rt.queue.key)
+            pipe.zcard(rt.approvals.pending_key)
+            pipe.zrange(rt.approvals.pending_key, 0, 0, withscores=True)
+            depth, pending, first = pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("metrics_redis_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            return [*gauges, _gauge("switchboard_redis_up", value=0)]
+        # The pending index is scored by expiry; every request gets the same TTL.
+        oldest = time.time() - (first[0][1] - rt.settings.approval_ttl) if first else 0.0
+        return [
+            *gauges,
+            _gauge("switchboard_redis_up", value=1),
+            _gauge("switchboard_queue_depth", value=depth),
+            _gauge("switchboard_approvals_pending", value=pending),
+            _gauge("switchboard_approval_oldest_pending_seconds", value=max(0.0, oldest)),
+        ]
+
+
+_GAUGES = {
+    "switchboard_runs_in_flight": "Runs this process is working on now (leases it holds).",
+    "switchboard_redis_up": "1 when the shared gauges could be read from Redis at this scrape.",
+    "switchboard_queue_depth": "Jobs waiting in the RQ queue for a free worker slot (LLEN).",
+    "switchboard_approvals_pending": "Approval requests waiting for a decision.",
+    "switchboard_approval_oldest_pending_seconds": (
+        "Age of the oldest approval request still waiting (0 when none)."
+    ),
+}
+
+
+def _gauge(name: str, text: str = "", value: float | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, text or _GAUGES[name], value=value)
+
+
+_shared = SharedState()
+REGISTRY.register(_shared)
+
+
+def watch(rt: Runtime) -> None:
+    """The shared-state gauges describe this runtime's Redis and queue (one per process)."""
+    _shared.rt = rt
+
+
+def render(rt: Runtime | None = None) -> tuple[bytes, str]:
+    """The exposition in Prometheus's text format 0.0.4 (which every Prometheus reads; our
+    names need nothing newer), and its content type."""
+    if rt is not None:
+        watch(rt)
+    return generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4
+
+
+# --- a port of its own -------------------------------------------------------------------------
+
+METRICS_PATH = "/metrics"
+HEALTH_PATH = "/healthz"  # Redis answers: readiness
+LIVE_PATH = "/livez"  # the process answers: liveness (never restart a pod for Redis's sake)
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """`/metrics`, `/healthz` and `/livez` over HTTP, in a daemon thread."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, rt: Runtime, address: tuple[str, int]) -> None:
+        self.rt = rt
+        super().__init__(address, _Handler)
+        self.thread = threading.Thread(target=self.serve_forever, name="metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def render(self) -> tuple[bytes, str]:
+        return render()
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class MetricsPortError(OperatorError):
+    """The metrics port cannot be opened (taken, or not ours to open)."""
+
+
+def serve(port: int, rt: Runtime, host: str = "0.0.0.0") -> MetricsServer:
+    """Serve this process's metrics on `port` (0: any free port) until the process ends."""
+    watch(rt)
+    try:
+        server = MetricsServer(rt, (host, port))
+    except OSError as exc:
+        raise MetricsPortError(
+            f"cannot serve metrics on port {port}: {exc.strerror or exc}; choose another "
+            "--metrics-port (each process needs its own)"
+        ) from exc
+    server.thread.start()
+    log.info("metrics_serving", port=server.port, path=METRICS_PATH)
+    return server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 10.0
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        path = self.path.partition("?")[0]
+        if path == METRICS_PATH:
+            body, content_type = self.server.render()
+            self._send(200, body, content_type)
+        elif path == LIVE_PATH:
+            self._send(200, b"ok\n")
+        elif path == HEALTH_PATH:
+            try:
+                self.server.rt.redis.ping()
+            except redis.RedisError as exc:
+                self._send(503, f"redis: {type(exc).__name__}\n".encode())
+                return
+            self._send(200, b"ok\n")
+        else:
+            self._send(404, b"not found\n")
+
+    def _send(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+__all__ = [
+    "MetricsPortError",
+    "MetricsServer",
+    "approval_decided",
+    "model_called",
+    "observe_ack",
+    "render",
+    "run_ended",
+    "serve",
+    "tool_called",
+    "watch",
+]
