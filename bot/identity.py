@@ -21,12 +21,11 @@ from slack_sdk.errors import SlackClientError
 
 from bot.installations import Home
 from tools import Policy
-from tools.policy import EVERYONE, REQUESTER
+from tools.policy import EVERYONE, EXTERNAL, REQUESTER
 from worker.run import Requester
 
 log = structlog.get_logger(__name__)
 
-EXTERNAL = "external"
 GROUPS_TTL = 300.0  # user group membership is read again after five minutes
 FAILURE_TTL = 60.0  # after an error (e.g. a missing usergroups:read scope), retry a minute later
 

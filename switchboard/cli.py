@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import logging
 import os
+import signal
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import FrameType
 
 import redis
 from pydantic import ValidationError
 
-from switchboard import logs
+from switchboard import errors, logs
+from switchboard.console import Console, WorkerGuard
 from switchboard.redisconn import url_of
-from switchboard.settings import Config
+from switchboard.settings import Config, data_dir
+from switchboard.supervise import STOP_SIGNALS, Supervisor, watch_lifeline
 from switchboard.wiring import open_runtime
 from tools import OperatorError
 from worker.run import RunStatus
@@ -25,7 +34,7 @@ runs anything with side effects only after a person approves it.
 Configuration comes from the environment or a .env file: SLACK_BOT_TOKEN, SLACK_APP_TOKEN,
 SLACK_SIGNING_SECRET, OPENAI_API_KEY, OPENAI_BASE_URL, SWITCHBOARD_MODEL, REDIS_URL (unset:
 an embedded Redis under ~/.local/share/switchboard), SWITCHBOARD_POLICY, SWITCHBOARD_TOOLS,
-SWITCHBOARD_DEMOS. See README.md.
+SWITCHBOARD_MCP, SWITCHBOARD_DEMOS, SWITCHBOARD_WORKER_CONCURRENCY. See README.md.
 """
 
 EPILOG = """\
@@ -36,7 +45,15 @@ examples:
                                         two worker processes carrying 64 runs each
   switchboard runs list --status awaiting_approval
   switchboard runs show r18c2f3a9b1c2d3e4 --json
+  switchboard approvals list            decisions left open, in the console or in Slack
+  switchboard approvals approve ap_e42041134594c60f45ab
+
+--debug and --verbose work anywhere on the line.
 """
+
+# Recognized anywhere on the command line (before a bare `--`), by every verb.
+GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "-v": "verbose"}
+OPERATOR_ROLE = "__operator__"
 
 
 class CliError(OperatorError):
@@ -44,28 +61,63 @@ class CliError(OperatorError):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    watch_lifeline()  # a child of `dev`/`chat`/`worker --processes` stops with its parent
+    flags, rest = _global_flags(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(rest)
+    args.debug, args.verbose = "debug" in flags, "verbose" in flags
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    _import_from_cwd()
     try:
         config = Config()
     except ValidationError as exc:
-        print(f"switchboard: invalid configuration:\n{exc}", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
+        defaults = {f.alias: f.default for f in Config.model_fields.values() if f.alias is not None}
+        print("\n".join(errors.settings_errors(exc, defaults)), file=sys.stderr)
         return 2
-    logs.configure(config.log_format)
+    quiet = getattr(args, "log_level", logging.WARNING)
+    logs.configure(config.log_format, logging.INFO if args.verbose else quiet)
     try:
         result: int = args.handler(config, args)
         return result
     except OperatorError as exc:
+        if args.debug:
+            traceback.print_exc()
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
     except redis.ConnectionError as exc:
-        print(f"switchboard: cannot reach Redis ({exc}); check REDIS_URL", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
+        problem = errors.redis_unreachable(config.redis_url, str(exc))
+        print(f"switchboard: {problem}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _global_flags(argv: list[str]) -> tuple[set[str], list[str]]:
+    flags: set[str] = set()
+    rest: list[str] = []
+    for n, arg in enumerate(argv):
+        if arg == "--":
+            rest += argv[n:]
+            break
+        if arg in GLOBAL_FLAGS:
+            flags.add(GLOBAL_FLAGS[arg])
+        else:
+            rest.append(arg)
+    return flags, rest
+
+
+def _import_from_cwd() -> None:
+    """Tool modules in the current folder import as they do under `python -m switchboard`
+    (the `switchboard` script's own folder is first on the path, not the current one). At
+    the end of the path, so a stray file never shadows an installed package."""
+    if not sys.flags.safe_path and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"switchboard {_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a configuration error"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show log lines (the console hides them)"
     )
     verbs = parser.add_subparsers(title="commands", metavar="COMMAND")
 
@@ -84,10 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("dev", "bot, workers and (when REDIS_URL is unset) Redis in one process tree", cmd_dev)
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    p.set_defaults(log_level=logging.INFO)
 
     p = verb("bot", "the Slack bot (Socket Mode, or HTTP with --http)", cmd_bot)
     p.add_argument("--http", action="store_true", help="serve /slack/events over HTTP")
     p.add_argument("--port", type=int, default=3000, help="HTTP port (default 3000)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve /metrics, /healthz and /livez on port N (HTTP mode also serves /metrics "
+        "on --port)",
+    )
+    p.set_defaults(log_level=logging.INFO)
 
     p = verb("worker", "run workers that advance runs from the queue", cmd_worker)
     p.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
@@ -98,9 +166,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="runs each process carries at once (default SWITCHBOARD_WORKER_CONCURRENCY, 32)",
     )
     p.add_argument("--burst", action="store_true", help="stop when the queue is empty")
+    p.add_argument(
+        "--grace",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM, how long runs in flight get to reach their next step and go back to "
+        "the queue (default SWITCHBOARD_STOP_GRACE_SECONDS, 25)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve /metrics, /healthz and /livez on port N (with --processes P: N to N+P-1)",
+    )
+    p.set_defaults(log_level=logging.INFO)
 
     p = verb("chat", "ask questions in the terminal and answer approvals at the prompt", cmd_chat)
     p.add_argument("--user", help="the Slack user id to act as (default console:$USER)")
+    p.set_defaults(log_level=logging.ERROR)  # nothing but the conversation on the terminal
 
     runs = verb("runs", "inspect runs", lambda c, a: _usage(runs))
     run_verbs = runs.add_subparsers(title="runs commands", metavar="ACTION")
@@ -117,12 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_runs_cancel)
     p.add_argument("run_id")
 
-    from switchboard import demos_cli, eval_cli, tools_cli
+    from switchboard import approvals_cli, demos_cli, eval_cli, tools_cli
 
+    approvals_cli.add_command(verbs)
     demos_cli.add_commands(verbs)
     tools_cli.add_command(verbs)
     eval_cli.add_command(verbs)
     return parser
+
+
+def _version() -> str:
+    try:
+        return version("switchboard")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -152,85 +243,162 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
+    grace = args.grace if args.grace is not None else config.stop_grace_seconds
     if args.processes <= 1:
         from worker.process import serve
 
-        serve(rt, burst=args.burst)
+        if args.metrics_port:
+            from worker import metrics
+
+            metrics.serve(args.metrics_port, rt)
+        serve(rt, burst=args.burst, grace=grace)
         return 0
     from switchboard.supervise import Supervisor
 
-    child = ["worker", "--concurrency", str(config.worker_concurrency)]
+    child = ["worker", "--concurrency", str(config.worker_concurrency), "--grace", str(grace)]
     supervisor = Supervisor(child_env(rt, config))
     for n in range(args.processes):
-        supervisor.start(f"worker-{n + 1}", [*child, *(["--burst"] if args.burst else [])])
+        port = ["--metrics-port", str(args.metrics_port + n)] if args.metrics_port else []
+        burst = ["--burst"] if args.burst else []
+        supervisor.start(f"worker-{n + 1}", [*child, *port, *burst])
     return supervisor.watch(restart=not args.burst)
 
 
 def cmd_chat(config: Config, args: argparse.Namespace) -> int:
-    from rq import Worker
-
-    from switchboard.console import Console
-    from switchboard.supervise import Supervisor
-
     rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
-    supervisor = None
-    if Worker.count(queue=rt.queue) == 0:
-        supervisor = Supervisor(child_env(rt, config))
-        supervisor.start("worker", ["worker"])
+    guard = WorkerGuard(rt, child_env(rt, config), log_dir=_log_dir(args))
+    return _console(Console(rt, user_id=args.user, workers=guard), guard)
+
+
+def _console(console: Console, guard: WorkerGuard) -> int:
+    """Run the console; a hang-up or SIGTERM ends it as Ctrl-C does, and its workers stop."""
+    signals = _Interrupts(guard.supervisor)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signals)
+    code = 130
     try:
-        return Console(rt, user_id=args.user).loop()
+        code = console.loop()
     finally:
-        if supervisor is not None:
-            supervisor.stop()
+        while True:  # a signal may land before `ending` is set: then set it again
+            try:
+                signals.ending = True
+                guard.stop(announce=code != 0)
+                break
+            except KeyboardInterrupt:
+                continue
+    return code
+
+
+class _Interrupts:
+    """SIGINT, SIGHUP, SIGTERM end the console (KeyboardInterrupt). Once it is ending they
+    only hurry the stop: a closed terminal sends SIGHUP more than once, and an exception
+    then would leave the workers and, as its last user, the embedded Redis running."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self.ending = False
+
+    def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        if self.ending:
+            self.supervisor.hurry = True
+            return
+        raise KeyboardInterrupt
+
+
+def _log_dir(args: argparse.Namespace) -> Path | None:
+    """Where the console's workers write their logs; None (the terminal) with --verbose."""
+    return None if args.verbose else data_dir() / "logs"
 
 
 def cmd_bot(config: Config, args: argparse.Namespace) -> int:
-    missing = _missing_slack(config, http=args.http)
-    if missing:
-        raise CliError(
-            "the Slack bot needs " + ", ".join(missing) + ". See README.md, 'Slack setup'."
-        )
+    check_slack(config, http=args.http)
+    from slack_sdk.errors import SlackApiError
+
     from bot.serve import serve
 
-    return serve(
-        open_runtime(config),
-        bot_token=config.slack_bot_token,
-        app_token=config.slack_app_token,
-        signing_secret=config.slack_signing_secret,
-        api_url=config.slack_api_url,
-        http=args.http,
-        port=args.port,
-    )
+    logs.drop_reported(_WSS_FAILURE)  # said below, in one line
+    logs.drop_reported(_BOLT_TOKEN_NOTE)  # Bolt sees SLACK_BOT_TOKEN set; we pass the client
+    rt = open_runtime(config)
+    if args.metrics_port:
+        from worker import metrics
+
+        metrics.serve(args.metrics_port, rt)
+    try:
+        return serve(
+            rt,
+            bot_token=config.slack_bot_token,
+            app_token=config.slack_app_token,
+            signing_secret=config.slack_signing_secret,
+            api_url=config.slack_api_url,
+            http=args.http,
+            port=args.port,
+            allowed_teams=config.allowed_teams,
+            allowed_apps=config.allowed_apps,
+        )
+    except SlackApiError as exc:  # Socket Mode could not open its connection
+        method = str(getattr(exc.response, "api_url", "")).rsplit("/", 1)[-1]
+        name = "SLACK_APP_TOKEN" if method == "apps.connections.open" else "SLACK_BOT_TOKEN"
+        raise errors.slack_rejected(name, str(exc.response.get("error", exc))) from exc
+
+
+_WSS_FAILURE = "Failed to retrieve WSS URL"
+_BOLT_TOKEN_NOTE = "As you gave `client` as well"
+
+
+def check_slack(config: Config, *, http: bool) -> None:
+    """The tokens are there, look like the right kind, and Slack accepts the bot token
+    (`auth.test`). The app-level token is tried by the bot when it connects (Slack allows
+    about one `apps.connections.open` a minute, so it is not spent on a check)."""
+    missing = _missing_slack(config, http=http)
+    if missing:
+        raise errors.slack_missing(missing)
+    bot_token = config.slack_bot_token
+    if not bot_token.startswith(("xoxb-", "xoxe.xoxb-")):
+        raise errors.slack_token_shape("SLACK_BOT_TOKEN", "xoxb-", bot_token)
+    if not http and not config.slack_app_token.startswith("xapp-"):
+        raise errors.slack_token_shape("SLACK_APP_TOKEN", "xapp-", config.slack_app_token)
+    from slack_sdk import WebClient
+    from slack_sdk.errors import SlackApiError, SlackClientError
+
+    try:
+        WebClient(token=bot_token, base_url=config.slack_api_url, timeout=15).auth_test()
+    except SlackApiError as exc:
+        raise errors.slack_rejected("SLACK_BOT_TOKEN", str(exc.response.get("error"))) from exc
+    except (SlackClientError, OSError) as exc:
+        raise errors.slack_unreachable(config.slack_api_url, str(exc)) from exc
 
 
 def cmd_dev(config: Config, args: argparse.Namespace) -> int:
-    from switchboard.supervise import Supervisor
-
+    missing = _missing_slack(config, http=False)
+    if missing and not args.verbose:
+        logs.configure(config.log_format, logging.ERROR)  # the console keeps the terminal
     rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
-    missing = _missing_slack(config, http=False)
-    supervisor = Supervisor(child_env(rt, config))
-    for n in range(max(1, args.workers)):
-        supervisor.start(f"worker-{n + 1}", ["worker"])
+    workers = max(1, args.workers)
     if not missing:
+        check_slack(config, http=False)
+        supervisor = Supervisor(child_env(rt, config))
+        for n in range(workers):
+            supervisor.start(f"worker-{n + 1}", ["worker"])
         supervisor.start("bot", ["bot"])
-        print("Switchboard is running: bot (Socket Mode) and workers. Ctrl-C stops everything.")
+        plural = "s" if workers > 1 else ""
+        print(
+            f"Starting Switchboard: the bot (Socket Mode) and {workers} worker{plural}. "
+            "Ctrl-C stops everything."
+        )
         return supervisor.watch()
     print(
         "Slack is not configured (missing " + ", ".join(missing) + "), so the bot is not started.\n"
-        "Starting the terminal console instead; see README.md to connect Slack.\n"
+        "Starting the terminal console instead; see README.md, 'In Slack' to connect Slack.\n"
     )
-    from switchboard.console import Console
-
-    try:
-        return Console(rt).loop()
-    finally:
-        supervisor.stop()
+    env = child_env(rt, config)
+    guard = WorkerGuard(rt, env, log_dir=_log_dir(args), count=workers, always=True)
+    return _console(Console(rt, workers=guard), guard)
 
 
 def cmd_runs_list(config: Config, args: argparse.Namespace) -> int:
@@ -261,19 +429,25 @@ def cmd_runs_show(config: Config, args: argparse.Namespace) -> int:
 def cmd_runs_cancel(config: Config, args: argparse.Namespace) -> int:
     from worker import service
 
-    rt = open_runtime(config)
+    rt = as_operator(open_runtime(config))
     operator = f"cli:{os.environ.get('USER', 'operator')}"
     run = rt.store.find(args.run_id)
     if run is None:
         raise CliError(f"no run {args.run_id!r}")
-    result = service.cancel(rt, run.id, by=operator, roles=frozenset({"__operator__"}) | _admin(rt))
+    result = service.cancel(rt, run.id, by=operator, roles=frozenset({OPERATOR_ROLE}))
     print(f"{run.id}: {result.value}")
     return 0 if result == service.CancelResult.CANCELLING else 1
 
 
-def _admin(rt: Runtime) -> frozenset[str]:
-    """The shell operator has the admin roles: whoever runs the CLI can read Redis anyway."""
-    return frozenset(rt.policy.admins)
+def as_operator(rt: Runtime) -> Runtime:
+    """The runtime as the shell operator sees it: an admin, whether or not the policy names
+    any (whoever runs the CLI against this Redis could read and change it anyway). The
+    policy's own admins are unchanged; only this process's view adds the operator."""
+    policy = copy.copy(rt.policy)
+    policy.admins = (*rt.policy.admins, OPERATOR_ROLE)
+    view = copy.copy(rt)
+    view.policy = policy
+    return view
 
 
 def _missing_slack(config: Config, *, http: bool) -> list[str]:
@@ -287,7 +461,7 @@ def _missing_slack(config: Config, *, http: bool) -> list[str]:
 
 def _no_model() -> str:
     return (
-        "switchboard: no model is configured. Set OPENAI_API_KEY (and optionally "
-        "SWITCHBOARD_MODEL, default gpt-4.1-mini) to use OpenAI, or OPENAI_BASE_URL to use any "
-        "OpenAI-compatible server (vLLM, Ollama, LiteLLM, Azure…)."
+        "switchboard: no model is configured (environment or .env); set OPENAI_API_KEY (and "
+        "optionally SWITCHBOARD_MODEL, default gpt-4.1-mini) to use OpenAI, or OPENAI_BASE_URL "
+        "for any OpenAI-compatible server (vLLM, Ollama, LiteLLM, Azure…)"
     )

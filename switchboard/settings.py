@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def data_dir() -> Path:
@@ -23,6 +26,9 @@ class Config(BaseSettings):
     slack_app_token: str = Field("", alias="SLACK_APP_TOKEN")
     slack_signing_secret: str = Field("", alias="SLACK_SIGNING_SECRET")
     slack_api_url: str = Field("https://slack.com/api/", alias="SLACK_API_URL")
+    # Workspaces and apps whose requests the bot serves besides its own (comma-separated ids)
+    slack_allowed_teams: str = Field("", alias="SLACK_ALLOWED_TEAMS")
+    slack_allowed_apps: str = Field("", alias="SLACK_ALLOWED_APPS")
 
     openai_api_key: str = Field("", alias="OPENAI_API_KEY")
     openai_base_url: str = Field("", alias="OPENAI_BASE_URL")
@@ -31,6 +37,7 @@ class Config(BaseSettings):
     redis_url: str = Field("", alias="REDIS_URL")
     policy: str = Field("", alias="SWITCHBOARD_POLICY")
     tools: str = Field("", alias="SWITCHBOARD_TOOLS")
+    mcp: str = Field("", alias="SWITCHBOARD_MCP")  # MCP servers file (YAML)
     demos: str = Field("", alias="SWITCHBOARD_DEMOS")
     prices: str = Field("", alias="SWITCHBOARD_PRICES")  # JSON: {"model": [in, out] per 1M}
 
@@ -47,6 +54,15 @@ class Config(BaseSettings):
     # connections (one per idle slot, blocked in RQ's dequeue) and bursts of model calls
     # modest. Raise it for slow models; add processes to use more cores.
     worker_concurrency: int = Field(32, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
+    # Per person (0 = no limit): questions being worked on at once (more wait in that
+    # person's own line, so one burst does not hold up everyone else), questions a minute,
+    # and model spend a day (UTC, in the price table's currency).
+    user_runs_in_flight: int = Field(3, alias="SWITCHBOARD_USER_RUNS_IN_FLIGHT", ge=0, le=1000)
+    user_runs_per_minute: int = Field(10, alias="SWITCHBOARD_USER_RUNS_PER_MINUTE", ge=0, le=10_000)
+    user_cost_per_day: float = Field(10.0, alias="SWITCHBOARD_USER_COST_PER_DAY", ge=0)
+    # On SIGTERM a worker takes no new jobs and waits this long for its runs to reach their
+    # next step and go back to the queue; keep it under the platform's kill timeout.
+    stop_grace_seconds: float = Field(25.0, alias="SWITCHBOARD_STOP_GRACE_SECONDS", ge=0, le=3600)
     lease_seconds: float = Field(15.0, alias="SWITCHBOARD_LEASE_SECONDS", gt=0, le=600)
     sweep_seconds: float = Field(5.0, alias="SWITCHBOARD_SWEEP_SECONDS", gt=0, le=600)
     approval_ttl: float = Field(24 * 3600.0, alias="SWITCHBOARD_APPROVAL_TTL", gt=0)
@@ -58,20 +74,53 @@ class Config(BaseSettings):
     max_tokens: int = Field(100_000, alias="SWITCHBOARD_MAX_TOKENS", ge=1)
     max_cost: float = Field(1.0, alias="SWITCHBOARD_MAX_COST", ge=0)
     max_tool_calls: int = Field(24, alias="SWITCHBOARD_MAX_TOOL_CALLS", ge=1, le=500)
-    log_format: str = Field("console", alias="SWITCHBOARD_LOG_FORMAT")  # console | json
+    log_format: str = Field("console", alias="SWITCHBOARD_LOG_FORMAT", pattern="^(console|json)$")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        """Fail at start-up, naming REDIS_URL, rather than at the first command."""
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in REDIS_SCHEMES or "://" not in value:
+            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
+        if parts.scheme == "unix":
+            db = parse_qs(parts.query).get("db", [""])[0]
+        else:
+            db = parse_qs(parts.query).get("db", [parts.path.strip("/")])[0]
+        if db and not db.isdigit():
+            raise ValueError(f"the database {db!r} is not a number")
+        return value
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, value: str) -> str:
+        if value:
+            read_prices(value)
+        return value
+
+    @property
+    def allowed_teams(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.slack_allowed_teams.split(",") if t.strip())
+
+    @property
+    def allowed_apps(self) -> tuple[str, ...]:
+        return tuple(a.strip() for a in self.slack_allowed_apps.split(",") if a.strip())
 
     @property
     def tool_modules(self) -> list[str]:
         return [m.strip() for m in self.tools.split(",") if m.strip()]
 
     @property
+    def builtin_tools(self) -> bool:
+        """The sample tools load when asked for (SWITCHBOARD_TOOLS=tools.builtin) or when no
+        tools are configured at all, so the out-of-the-box console has something to call."""
+        return "tools.builtin" in self.tool_modules or not (self.tool_modules or self.mcp)
+
+    @property
     def price_table(self) -> dict[str, tuple[float, float]] | None:
-        if not self.prices:
-            return None
-        raw = json.loads(
-            Path(self.prices).read_text() if Path(self.prices).is_file() else self.prices
-        )
-        return {name: (float(p[0]), float(p[1])) for name, p in raw.items()}
+        return read_prices(self.prices) if self.prices else None
 
     @property
     def demos_path(self) -> Path | None:
@@ -80,3 +129,29 @@ class Config(BaseSettings):
     @property
     def has_model(self) -> bool:
         return bool(self.openai_api_key or self.openai_base_url)
+
+
+def read_prices(value: str) -> dict[str, tuple[float, float]]:
+    """`{"model": [input, output]}` USD per 1M tokens, as JSON or in the file it names."""
+    path = Path(value)
+    is_file = not value.lstrip().startswith("{") and path.is_file()
+    where = f"in {path}: " if is_file else ""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8") if is_file else value)
+    except json.JSONDecodeError as exc:
+        where_in = f"line {exc.lineno} column {exc.colno}"
+        raise ValueError(f"{where}not JSON ({exc.msg} at {where_in})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}expected an object of model names")
+    table = {}
+    for name, pair in raw.items():
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(p, int | float) and p >= 0 for p in pair)
+        ):
+            raise ValueError(f"{where}{name!r} needs [input, output], two prices of at least 0")
+        table[str(name)] = (float(pair[0]), float(pair[1]))
+    return table

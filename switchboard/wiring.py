@@ -3,26 +3,66 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
 
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from tools import Policy, load_modules, registry
+from tools import OperatorError, Policy, load_modules, registry
 from worker.budgets import PriceTable
 from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check
+from worker.limits import Limits
 from worker.model import ModelClient
 from worker.run import Budgets
 from worker.runtime import Runtime, Settings
 from worker.surface import Surface
 
+if TYPE_CHECKING:
+    from tools.mcp import McpServers
 
-def load_tools(config: Config) -> None:
-    """Built-in tools, then the operator's modules (`SWITCHBOARD_TOOLS`)."""
+
+def load_tools(config: Config) -> McpServers | None:
+    """The operator's modules (`SWITCHBOARD_TOOLS`), then the tools of their MCP servers
+    (`SWITCHBOARD_MCP`: connected now, or start-up fails naming the server). The built-in
+    samples only when asked for, or when neither is configured. Returns the MCP servers."""
+    load_modules_or_samples(config)
+    return load_mcp(config)
+
+
+def load_modules_or_samples(config: Config) -> None:
+    """SWITCHBOARD_TOOLS, in order (listed, `tools.builtin` loads where it stands, like any
+    module); the built-in samples when no tools are configured at all."""
+    if config.tool_modules or not config.builtin_tools:
+        load_modules(config.tool_modules)
+        return
     import tools.builtin
 
     tools.builtin.load()
-    load_modules(config.tool_modules)
+
+
+def load_mcp(config: Config) -> McpServers | None:
+    if not config.mcp:
+        return None
+    import tools.mcp  # the SDK is imported only by processes that connect to servers
+
+    return tools.mcp.load(config.mcp, registry)
+
+
+def check_tools(config: Config) -> tuple[McpServers | None, list[str]]:
+    """Load every tool source as `load_tools` does, but go on after a failure: the MCP
+    servers (when they loaded) and every problem, one line each."""
+    problems: list[str] = []
+    servers = None
+    try:
+        load_modules_or_samples(config)
+    except OperatorError as error:
+        problems.extend(str(error).splitlines())
+    try:
+        servers = load_mcp(config)
+    except OperatorError as error:
+        problems.extend(str(error).splitlines())
+    return servers, problems
 
 
 def load_policy(config: Config) -> Policy:
@@ -42,6 +82,11 @@ def runtime_settings(config: Config) -> Settings:
         model_retries=config.model_retries,
         demos_as_text=config.demos_as == "text",
         concurrency=config.worker_concurrency,
+        limits=Limits(
+            runs_in_flight=config.user_runs_in_flight,
+            runs_per_minute=config.user_runs_per_minute,
+            cost_per_day=config.user_cost_per_day,
+        ),
         budgets=Budgets(
             max_steps=config.max_steps,
             deadline_seconds=config.deadline_seconds,
@@ -97,11 +142,22 @@ def build_runtime(
     return runtime
 
 
+def task_library(config: Config, rt: Runtime) -> TaskLibrary:
+    """The task library: SWITCHBOARD_DEMOS, or the shipped one, whose demonstrations use the
+    built-in sample tools and so are left out when those are not loaded (they would teach
+    the model calls to tools that are not there, or to an operator's tool of the same
+    name). Demonstrations saved from runs are kept either way."""
+    library = TaskLibrary(rt.redis, config.demos_path, rt.settings.namespace)
+    if config.demos_path is None and not config.builtin_tools:
+        library.file_demos = []
+    return library
+
+
 def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Selector | None:
     """The task library, checked against the registered tools before anything runs."""
     if config.demos_k == 0:
         return None
-    library = TaskLibrary(rt.redis, config.demos_path, rt.settings.namespace)
+    library = task_library(config, rt)
     problems = check(library.all(), rt.registry)
     if problems:
         raise DemoError(

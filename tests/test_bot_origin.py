@@ -46,12 +46,11 @@ THEIR_TEAM = "T0THEIRS"
 OTHER_WORKSPACE = "T0OTHER"
 CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "VPN", "body": "down"})])
 
-# `external` is named, so external people may ask; create_ticket may be approved by anyone
-# in the workspace, and by its requester
+# `external` (a built-in role) is named, so external people may ask; create_ticket may be
+# approved by anyone in the workspace, and by its requester
 OPEN_POLICY = """\
 roles:
   admins: [UADMIN]
-  external: []
 admins: [admins]
 tools:
   create_ticket:
