@@ -70,18 +70,22 @@ def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         registry.unregister(t.name)
 
 
-@pytest.fixture
-def cluster(redis_url, model_server, tmp_path, faults) -> Iterator[Cluster]:
-    env = worker_env(
+def fault_env(redis_url: str, model_url: str, tmp_path: Path, faults: Path) -> dict[str, str]:
+    """Worker processes with the fault tools, a short lease and a fast sweeper."""
+    return worker_env(
         redis_url,
-        model_server.url,
+        model_url,
         tmp_path,
         SWITCHBOARD_TOOLS="tests.fault_tools",
         FAULT_DIR=str(faults),
         SWITCHBOARD_LEASE_SECONDS=str(LEASE),
         SWITCHBOARD_SWEEP_SECONDS="0.1",
     )
-    group = Cluster(env, tmp_path)
+
+
+@pytest.fixture
+def cluster(redis_url, model_server, tmp_path, faults) -> Iterator[Cluster]:
+    group = Cluster(fault_env(redis_url, model_server.url, tmp_path, faults), tmp_path)
     yield group
     (faults / "release").touch()
     group.stop()
@@ -257,15 +261,7 @@ def test_the_sweeper_leaves_queued_runs_alone_and_requeues_lost_ones(
 def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
     redis_conn, redis_url, model_server, faults, tmp_path
 ):
-    env = worker_env(
-        redis_url,
-        model_server.url,
-        tmp_path,
-        SWITCHBOARD_TOOLS="tests.fault_tools",
-        FAULT_DIR=str(faults),
-        SWITCHBOARD_LEASE_SECONDS=str(LEASE),
-        SWITCHBOARD_SWEEP_SECONDS="0.1",
-    )
+    env = fault_env(redis_url, model_server.url, tmp_path, faults)
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
     worker = WorkerProcess(env, tmp_path / "w1.log", "--concurrency", "8")
     replacement = None

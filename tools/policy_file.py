@@ -17,7 +17,6 @@ registered tool without an entry of its own are an error naming both lines.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Iterable
@@ -30,6 +29,12 @@ from jsonschema import Draft202012Validator
 
 from tools.exceptions import PolicyError
 from tools.registry import ToolRegistry
+from tools.yaml_nodes import BOOL as _BOOL
+from tools.yaml_nodes import STR as _STR
+from tools.yaml_nodes import Invalid as _Invalid
+from tools.yaml_nodes import NodeReader
+from tools.yaml_nodes import is_null as _is_null
+from tools.yaml_nodes import suggest as _suggest
 
 EVERYONE = "everyone"
 EXTERNAL = "external"  # people from another organisation (Slack Connect): never `everyone`
@@ -49,7 +54,6 @@ _ROLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
 _GROUP_HANDLE = re.compile(r"^@[a-z0-9][a-z0-9._-]{0,79}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
-_STR, _BOOL, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
 
 Node = yaml.Node
 
@@ -194,15 +198,10 @@ def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent
     return content
 
 
-class _Invalid(Exception):
-    """A problem that stops reading one entry; it is already recorded in `errors`."""
-
-
-class _Reader:
+class _Reader(NodeReader):
     def __init__(self, source: str, registry: ToolRegistry) -> None:
-        self.source = source
+        super().__init__(source)
         self.registry = registry
-        self.errors: list[tuple[int, str]] = []
         self.warnings: list[tuple[int, str]] = []
         self.lines: dict[str, int] = {}
         self.known_roles: set[str] = {EVERYONE, EXTERNAL}
@@ -511,23 +510,7 @@ class _Reader:
     def mapping(
         self, node: Node, where: str, keys: tuple[str, ...] | None = None
     ) -> dict[str, tuple[Node, Node]]:
-        if _is_null(node):
-            return {}
-        if not isinstance(node, yaml.MappingNode):
-            raise self.invalid(node, f"{where} must be a mapping of key: value entries")
-        entries: dict[str, tuple[Node, Node]] = {}
-        for key_node, value_node in node.value:
-            if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR):
-                self.error(key_node, f"{where}: keys must be strings")
-                continue
-            key = key_node.value
-            if key in entries:
-                self.error(key_node, f"{where}: duplicate key {key!r}")
-            elif keys is not None and key not in keys:
-                self.error(key_node, self.unknown_key(where, key, keys))
-            else:
-                entries[key] = (key_node, value_node)
-        return entries
+        return {} if _is_null(node) else super().mapping(node, where, keys)
 
     def unknown_key(self, where: str, key: str, keys: tuple[str, ...]) -> str:
         if key in WRITE_ONLY_KEYS:
@@ -539,22 +522,8 @@ class _Reader:
             )
         return f"{where}: unknown key {key!r}{_suggest(key, keys)} (allowed: {', '.join(keys)})"
 
-    # -- errors ---------------------------------------------------------------
-
-    def error(self, node: Node, message: str) -> None:
-        line = node.start_mark.line + 1
-        self.errors.append((line, f"{self.source} line {line}: {message}"))
-
-    def invalid(self, node: Node, message: str) -> _Invalid:
-        self.error(node, message)
-        return _Invalid(message)
-
     def warn(self, line: int, message: str) -> None:
         self.warnings.append((line, f"{self.source} line {line}: {message}"))
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, yaml.ScalarNode) and node.tag == _NULL
 
 
 def _is_empty(node: Node) -> bool:
@@ -564,8 +533,3 @@ def _is_empty(node: Node) -> bool:
 def _names(names: list[str], shown: int = 5) -> str:
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
-
-
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""

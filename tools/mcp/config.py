@@ -21,7 +21,6 @@ line, and reading goes on after one so a single run reports them all.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -34,6 +33,11 @@ from typing import Any, Literal
 import yaml
 
 from tools.exceptions import McpConfigError
+from tools.yaml_nodes import BOOL as _BOOL
+from tools.yaml_nodes import NULL as _NULL
+from tools.yaml_nodes import Invalid as _Invalid
+from tools.yaml_nodes import NodeReader
+from tools.yaml_nodes import is_null as _is_null
 
 Effect = Literal["read", "write"]
 Transport = Literal["stdio", "http"]
@@ -51,8 +55,7 @@ MAX_SECONDS = 3600.0
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
 _VARIABLE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_STR, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
-_INT, _FLOAT, _BOOL = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 
 Node = yaml.Node
 
@@ -134,15 +137,10 @@ def expand(value: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
     return _VARIABLE.sub(replace, value), missing
 
 
-class _Invalid(Exception):
-    """A problem that stops reading one entry; it is already recorded in `errors`."""
-
-
-class _Reader:
+class _Reader(NodeReader):
     def __init__(self, source: str, environ: Mapping[str, str]) -> None:
-        self.source = source
+        super().__init__(source)
         self.environ = environ
-        self.errors: list[tuple[int, str]] = []
         self._constructor = yaml.SafeLoader("")
 
     def document(self, root: Node | None) -> list[ServerConfig]:
@@ -279,47 +277,3 @@ class _Reader:
         if not isinstance(node, yaml.SequenceNode):
             raise self.invalid(node, f"{where} must be a list, e.g. [a, b]")
         return list(enumerate(node.value))
-
-    def mapping(
-        self, node: Node, where: str, keys: tuple[str, ...] | None = None
-    ) -> dict[str, tuple[Node, Node]]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.invalid(node, f"{where} must be a mapping of key: value entries")
-        entries: dict[str, tuple[Node, Node]] = {}
-        for key_node, value_node in node.value:
-            if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag == _STR):
-                self.error(key_node, f"{where}: keys must be strings")
-                continue
-            key = key_node.value
-            if key in entries:
-                self.error(key_node, f"{where}: duplicate key {key!r}")
-            elif keys is not None and key not in keys:
-                hint = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
-                suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-                self.error(
-                    key_node,
-                    f"{where}: unknown key {key!r}{suggestion} (allowed: {', '.join(keys)})",
-                )
-            else:
-                entries[key] = (key_node, value_node)
-        return entries
-
-    # -- errors ---------------------------------------------------------------
-
-    def error(self, node: Node | None, message: str) -> None:
-        line = node.start_mark.line + 1 if node is not None else 1
-        self.errors.append((line, f"{self.source} line {line}: {printable(message)}"))
-
-    def invalid(self, node: Node, message: str) -> _Invalid:
-        self.error(node, message)
-        return _Invalid(message)
-
-
-def printable(text: str) -> str:
-    """`text` with control characters escaped: an operator's key or a server's tool name
-    must not break a one-line-per-problem message into several."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def _is_null(node: Node) -> bool:
-    return isinstance(node, yaml.ScalarNode) and node.tag == _NULL

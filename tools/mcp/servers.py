@@ -20,10 +20,11 @@ from pathlib import Path
 
 from tools.exceptions import McpConfigError, McpServerError, ToolDefinitionError
 from tools.mcp.bridge import make_tool
-from tools.mcp.config import ServerConfig, printable, read_config
+from tools.mcp.config import ServerConfig, read_config
 from tools.mcp.loop import EventLoopThread, shared_loop
 from tools.mcp.session import Connection
 from tools.registry import Tool, ToolRegistry, registry
+from tools.yaml_nodes import printable
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
 from tools.exceptions import McpServerError, ToolError, bounded
-from tools.mcp.config import ServerConfig, printable
+from tools.mcp.config import ServerConfig
 from tools.mcp.loop import EventLoopThread
+from tools.yaml_nodes import printable
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,68 @@
+"""Reading an operator's YAML file node by node, so every problem names its line (the policy
+file, the MCP servers file). Each reader collects all problems, then raises one error."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+import yaml
+
+Node = yaml.Node
+STR, BOOL, NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+
+
+class Invalid(Exception):
+    """A problem that stops reading one entry; it is already recorded in `errors`."""
+
+
+class NodeReader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[tuple[int, str]] = []
+
+    def mapping(
+        self, node: Node, where: str, keys: tuple[str, ...] | None = None
+    ) -> dict[str, tuple[Node, Node]]:
+        """String keys to (key node, value node); unknown and repeated keys are problems."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.invalid(node, f"{where} must be a mapping of key: value entries")
+        entries: dict[str, tuple[Node, Node]] = {}
+        for key_node, value_node in node.value:
+            if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag == STR):
+                self.error(key_node, f"{where}: keys must be strings")
+                continue
+            key = key_node.value
+            if key in entries:
+                self.error(key_node, f"{where}: duplicate key {key!r}")
+            elif keys is not None and key not in keys:
+                self.error(key_node, self.unknown_key(where, key, keys))
+            else:
+                entries[key] = (key_node, value_node)
+        return entries
+
+    def unknown_key(self, where: str, key: str, keys: tuple[str, ...]) -> str:
+        return f"{where}: unknown key {key!r}{suggest(key, keys)} (allowed: {', '.join(keys)})"
+
+    def error(self, node: Node | None, message: str) -> None:
+        line = node.start_mark.line + 1 if node is not None else 1
+        self.errors.append((line, f"{self.source} line {line}: {printable(message)}"))
+
+    def invalid(self, node: Node, message: str) -> Invalid:
+        self.error(node, message)
+        return Invalid(message)
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped: an operator's key or a server's tool name
+    must not break a one-line-per-problem message into several."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def is_null(node: Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == NULL
