@@ -202,14 +202,7 @@ class PeerSide:
         return {"seconds": out["last"] - out["first"]}
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        common.stop_child(self.proc)
 
 
 Side = SwitchboardSide | PeerSide

@@ -111,14 +111,19 @@ class FakeModelProcess:
         return counts
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_child(self.proc)
+
+
+def stop_child(proc: subprocess.Popen[Any]) -> None:
+    """A child that serves until its stdin closes: close it, wait, kill if it lingers."""
+    if proc.poll() is None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def _serve_fake_model(validate: bool, delay: float) -> None:
