@@ -32,7 +32,7 @@ from tools.registry import ToolRegistry
 from tools.yaml_nodes import BOOL as _BOOL
 from tools.yaml_nodes import STR as _STR
 from tools.yaml_nodes import Invalid as _Invalid
-from tools.yaml_nodes import NodeReader
+from tools.yaml_nodes import NodeReader, compose
 from tools.yaml_nodes import is_null as _is_null
 from tools.yaml_nodes import suggest as _suggest
 
@@ -179,21 +179,12 @@ class PolicyContent:
 
 def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent:
     """Parse and check a policy document; raise PolicyError listing every problem."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = f" line {mark.line + 1}" if mark else ""
-        raise PolicyError(f"{source}{line}: invalid YAML: {error.problem or error}") from None
-    except yaml.YAMLError as error:
-        raise PolicyError(f"{source}: invalid YAML: {error}") from None
+    root = compose(text, source, PolicyError)
     reader = _Reader(source, registry)
     content = reader.document(root)
     if not reader.errors:
         reader.check_patterns(content)
-    if reader.errors:
-        ordered = sorted(reader.errors, key=lambda error: error[0])
-        raise PolicyError("\n".join(message for _, message in ordered))
+    reader.raise_errors(PolicyError)
     content.warnings = [message for _, message in sorted(reader.warnings)]
     return content
 

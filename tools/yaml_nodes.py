@@ -16,10 +16,28 @@ class Invalid(Exception):
     """A problem that stops reading one entry; it is already recorded in `errors`."""
 
 
+def compose(text: str, source: str, error: type[Exception]) -> Node | None:
+    """The document's node tree; a YAML syntax error raises `error` naming the line."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f" line {mark.line + 1}" if mark else ""
+        raise error(f"{source}{line}: invalid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{source}: invalid YAML: {exc}") from None
+
+
 class NodeReader:
     def __init__(self, source: str) -> None:
         self.source = source
         self.errors: list[tuple[int, str]] = []
+
+    def raise_errors(self, error: type[Exception]) -> None:
+        """Every problem found, one line each in file order, as one `error`."""
+        if self.errors:
+            ordered = sorted(self.errors, key=lambda found: found[0])
+            raise error("\n".join(message for _, message in ordered))
 
     def mapping(
         self, node: Node, where: str, keys: tuple[str, ...] | None = None

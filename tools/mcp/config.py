@@ -36,7 +36,7 @@ from tools.exceptions import McpConfigError
 from tools.yaml_nodes import BOOL as _BOOL
 from tools.yaml_nodes import NULL as _NULL
 from tools.yaml_nodes import Invalid as _Invalid
-from tools.yaml_nodes import NodeReader
+from tools.yaml_nodes import NodeReader, compose
 from tools.yaml_nodes import is_null as _is_null
 
 Effect = Literal["read", "write"]
@@ -104,19 +104,10 @@ def read_config(
     text: str, source: str, environ: Mapping[str, str] | None = None
 ) -> list[ServerConfig]:
     """Parse and check an MCP servers document; raise McpConfigError listing every problem."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = f" line {mark.line + 1}" if mark else ""
-        raise McpConfigError(f"{source}{line}: invalid YAML: {error.problem or error}") from None
-    except yaml.YAMLError as error:
-        raise McpConfigError(f"{source}: invalid YAML: {error}") from None
+    root = compose(text, source, McpConfigError)
     reader = _Reader(source, os.environ if environ is None else environ)
     servers = reader.document(root)
-    if reader.errors:
-        ordered = sorted(reader.errors, key=lambda error: error[0])
-        raise McpConfigError("\n".join(message for _, message in ordered))
+    reader.raise_errors(McpConfigError)
     return servers
 
 
