@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 
 import redis
 import structlog
@@ -60,7 +61,6 @@ class LeaseKeeper:
         self.ms = max(int(seconds * 1000), 100)
         self._held: dict[str, str] = {}  # run id -> token
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
@@ -95,7 +95,8 @@ class LeaseKeeper:
             return list(self._held)
 
     def _heartbeat(self) -> None:
-        while not self._wake.wait(self.ms / 3000):
+        while True:  # a daemon thread: it goes with the process
+            time.sleep(self.ms / 3000)
             with self._lock:
                 held = list(self._held.items())
             if held:
