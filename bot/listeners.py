@@ -60,6 +60,7 @@ from bot.surface import SlackSurface
 from bot.threads import Threads
 from bot.views import args_modal, modal, reject_modal, run_modal
 from worker import service
+from worker.roles import RolesUnavailable
 from worker.run import Run, RunStatus
 from worker.runtime import Runtime
 
@@ -158,10 +159,40 @@ def boundary(listener: Callable[P, None]) -> Callable[P, None]:
     def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
             listener(*args, **kwargs)
+        except RolesUnavailable as exc:  # fail closed, and say why
+            log.warning("roles_unavailable", listener=listener.__name__, error=str(exc))
+            client, body = kwargs.get("client"), kwargs.get("body")
+            if isinstance(client, WebClient) and isinstance(body, dict):
+                explain_roles_unavailable(client, body)
         except Exception:  # boundary: nothing else would log it with our context
             log.exception("listener_failed", listener=listener.__name__)
 
     return guarded
+
+
+def explain_roles_unavailable(client: WebClient, body: dict[str, Any]) -> None:
+    """Tell the person who asked or clicked that nothing was done: their Slack user groups
+    (which decide what they may do) could not be confirmed."""
+    event = body.get("event")
+    try:
+        if isinstance(event, dict):
+            user = ids.shaped(ids.USER, event.get("user"))
+            channel = ids.shaped(ids.CHANNEL, event.get("channel"))
+            if user and channel and event.get("type") != "app_home_opened":
+                thread_ts = ids.shaped(ids.TS, event.get("thread_ts") or event.get("ts"))
+                client.chat_postEphemeral(
+                    channel=channel, user=user, text=m.ROLES_UNAVAILABLE, thread_ts=thread_ts
+                )
+            return
+        clicked = Clicked.of(body)
+        if clicked is not None:
+            tell(client, clicked, m.ROLES_UNAVAILABLE)
+        elif (user := ids.shaped(ids.USER, body.get("user_id"))) and (
+            channel := ids.shaped(ids.CHANNEL, body.get("channel_id"))
+        ):
+            client.chat_postEphemeral(channel=channel, user=user, text=m.ROLES_UNAVAILABLE)
+    except SlackApiError as exc:
+        log.warning("roles_unavailable_not_told", error=str(exc)[:300])
 
 
 # -- questions -----------------------------------------------------------------------------------

@@ -151,6 +151,11 @@ EMPTY_MENTION = (
     "Ask me a question after the mention, e.g. `@Switchboard what does SQL Basics cost?`"
 )
 SUBMIT_FAILED = ":x: I couldn't start on that because of an internal problem. Please try again."
+ROLES_UNAVAILABLE = (
+    ":warning: Nothing was done: I couldn't check your Slack user groups just now, and they "
+    "decide what you may do here. Please try again in a minute; if this keeps happening, "
+    "an admin should check that the app has the `usergroups:read` scope."
+)
 EXTERNAL_CANNOT_ASK = (
     "Sorry, Switchboard only takes questions from members of this workspace, "
     "not from people in other organisations."

@@ -32,7 +32,7 @@ from slack_sdk.socket_mode.builtin import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bot import envelope, signature
-from bot.identity import GROUPS_TTL, Identity, UserGroups
+from bot.identity import GROUPS_TTL, Identity, user_groups
 from bot.installations import Home, Installations
 from bot.listeners import Bot, register
 from bot.surface import SlackSurface, with_rate_limit_retries
@@ -82,12 +82,14 @@ def build_app(
     surface = existing if isinstance(existing, SlackSurface) else SlackSurface(client, rt)
     sb = Bot(
         rt=rt,
-        identity=Identity(rt.policy, UserGroups(client, ttl=groups_ttl), home),
+        identity=Identity(rt.policy, user_groups(rt, client, groups_ttl), home),
         threads=Threads(rt.redis, rt.settings.namespace, rt.settings.retention),
         surface=surface,
         home=home,
         installations=installations,
     )
+    if rt.roles is None:  # this process runs workers too (`switchboard dev`, tests)
+        rt.roles = sb.identity.current_roles
     register(app, sb)
     return app
 

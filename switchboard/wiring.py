@@ -135,10 +135,12 @@ def build_runtime(
     if config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 
+        from bot.identity import Identity, user_groups
         from bot.surface import SlackSurface
 
         client = WebClient(token=config.slack_bot_token, base_url=config.slack_api_url)
         runtime.surfaces["slack"] = SlackSurface(client, runtime)
+        runtime.roles = Identity(policy, user_groups(runtime, client)).current_roles
     return runtime
 
 

@@ -19,6 +19,7 @@ from slack_bolt import App
 from slack_sdk import WebClient
 
 from bot.blocks import APPROVE
+from bot.identity import GROUPS_TTL
 from bot.serve import LISTENER_THREADS, SlackHTTPServer, build_app
 from bot.surface import SlackSurface
 from tests.fakes.slack_server import (
@@ -126,6 +127,7 @@ def bot_env(
     listener_threads: int = LISTENER_THREADS,
     allowed_teams: tuple[str, ...] = (),
     allowed_apps: tuple[str, ...] = (),
+    groups_ttl: float = GROUPS_TTL,
     **server_options: Any,
 ) -> Iterator[BotEnv]:
     policy_file = tmp_path / "policy.yaml"
@@ -144,6 +146,7 @@ def bot_env(
             listener_threads=listener_threads,
             allowed_teams=allowed_teams,
             allowed_apps=allowed_apps,
+            groups_ttl=groups_ttl,
         )
         try:
             with serving(app, rt, **server_options) as server:

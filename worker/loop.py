@@ -22,6 +22,7 @@ from worker.budgets import exhausted
 from worker.grounding import untraceable
 from worker.model import ModelError, ModelTurn
 from worker.prompt import Demonstration, build_messages
+from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
 from worker.runtime import Runtime
 
@@ -92,12 +93,34 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
 def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> Step:
     if cancelled_by is not None:
         return Finish(RunStatus.PARTIAL, EndReason.CANCELLED, f"cancelled by <@{cancelled_by}>")
+    unconfirmed = check_roles(rt, run)
+    if unconfirmed is not None:
+        return unconfirmed
     if run.turn:
         return resolve_turn(rt, run)
     spent = exhausted(run.budgets, run.usage, clock.total())
     if spent is not None:
         return Finish(RunStatus.PARTIAL, *spent)
     return call_model(rt, run, clock)
+
+
+def check_roles(rt: Runtime, run: Run) -> Finish | None:
+    """Authorise this step with the requester's roles as they are now, not as they were
+    when the run started; stop when they cannot be confirmed."""
+    try:
+        changed = recheck(rt.roles, run)
+    except RolesUnavailable as exc:
+        rt.events.append(run.id, "roles_unavailable", error=str(exc)[:500])
+        return Finish(
+            RunStatus.PARTIAL,
+            EndReason.ROLES_UNAVAILABLE,
+            "stopped: Slack could not confirm the requester's user groups, so nothing more "
+            "was run; ask again in a minute",
+        )
+    if changed is not None:
+        before, after = changed
+        rt.events.append(run.id, "roles_changed", before=before, after=after)
+    return None
 
 
 def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:

@@ -44,6 +44,7 @@ class EndReason(StrEnum):
     CONTENT_FILTER = "content_filter"
     REFUSED = "refused"
     MODEL_ERROR = "model_error"
+    ROLES_UNAVAILABLE = "roles_unavailable"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -20,6 +20,7 @@ from worker.events import EventLog
 from worker.lease import LeaseKeeper
 from worker.limits import Limits, PersonLimits
 from worker.model import NO_MODEL, Model, ModelNotConfigured
+from worker.roles import RolesResolver
 from worker.run import Budgets, Run
 from worker.store import RunStore
 from worker.surface import Guarded, SilentSurface, Surface
@@ -68,6 +69,9 @@ class Runtime:
     prices: PriceTable = field(default_factory=PriceTable)
     surfaces: dict[str, Surface] = field(default_factory=dict)
     demos: DemoSelector | None = None
+    # The requester's current roles, asked before every step (worker/roles.py); None: the
+    # roles recorded at the start stand (no Slack: the policy names every member).
+    roles: RolesResolver | None = None
 
     def __post_init__(self) -> None:
         ns = self.settings.namespace
