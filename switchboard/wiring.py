@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,9 @@ def build_runtime(
 ) -> Runtime:
     load_tools(config)
     policy = load_policy(config)
+    settings = runtime_settings(config)
+    # the policy file's `limits:` over the SWITCHBOARD_USER_* settings
+    settings.limits = replace(settings.limits, **policy.limits)  # type: ignore[arg-type]
     model = None
     if config.has_model:
         model = ModelClient(
@@ -127,7 +131,7 @@ def build_runtime(
         registry=registry,
         policy=policy,
         model=model,
-        settings=runtime_settings(config),
+        settings=settings,
         prices=PriceTable(config.price_table),
         surfaces=dict(surfaces or {}),
     )

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+
+from switchboard.settings import Config
+from switchboard.wiring import build_runtime
+from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import ALICE, make_runtime, work
+from tools import Policy, PolicyError, ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
 from worker.limits import Limits
@@ -49,3 +59,79 @@ def test_the_days_spend_is_capped_per_person(redis_conn, model_server):
     with pytest.raises(service.QuestionRejected, match="a day"):
         service.submit(rt, "pricey again", ALICE)
     service.submit(rt, "pricey for someone else", MALLORY)
+
+
+# -- limits in the policy file ----------------------------------------------------------------
+
+POLICY_LIMITS = """\
+limits:
+  runs_per_minute: 2
+  cost_per_day: 0.5
+defaults:
+  read: {allow: [everyone]}
+"""
+
+
+def test_the_policy_files_limits_override_the_settings(
+    redis_conn: redis.Redis, model_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_LIMITS)
+    config = Config(  # type: ignore[call-arg]
+        SWITCHBOARD_POLICY=str(policy),
+        SWITCHBOARD_USER_RUNS_PER_MINUTE=50,
+        SWITCHBOARD_USER_RUNS_IN_FLIGHT=4,
+        OPENAI_BASE_URL=model_server.url,
+        OPENAI_API_KEY="test",
+        SWITCHBOARD_MODEL="gpt-fake",
+    )
+    rt = build_runtime(config, redis_conn)
+    # the file's figures win; what it leaves out comes from the settings
+    assert rt.settings.limits == Limits(runs_in_flight=4, runs_per_minute=2, cost_per_day=0.5)
+    service.submit(rt, "one", ALICE)
+    service.submit(rt, "two", ALICE)
+    with pytest.raises(service.QuestionRejected, match="limit is 2 a minute"):
+        service.submit(rt, "three", ALICE)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("limits: {runs_in_flight: -1}", "line 1: limits.runs_in_flight must be a whole number"),
+        ("limits: {runs_per_minute: 2.5}", "line 1: limits.runs_per_minute must be a whole"),
+        ("limits: {runs_per_minute: true}", "limits.runs_per_minute must be a whole number"),
+        ("limits:\n  cost_per_day: .nan", "line 2: limits.cost_per_day must be a number"),
+        ("limits:\n  cost_per_day: [1]", "line 2: limits.cost_per_day must be a number"),
+        ("limits: {runs_in_flight: 5000}", "0 (no limit) to 1000"),
+        ("limits: {runs_in_flite: 3}", "unknown key 'runs_in_flite' (did you mean"),
+        ("limits: [3]", "limits must be a mapping"),
+    ],
+)
+def test_bad_limits_are_named_with_their_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        Policy.parse(text, ToolRegistry(), source="policy.yaml")
+    assert message in str(caught.value)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["runs_in_flight", "runs_per_minute", "cost_per_day"]),
+        st.one_of(
+            st.integers(-(10**6), 10**7),
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.booleans(),
+            st.text(max_size=5),
+            st.none(),
+        ),
+    )
+)
+def test_any_limits_section_loads_within_bounds_or_is_refused(values: dict) -> None:
+    text = "limits:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in values.items())
+    try:
+        policy = Policy.parse(text, ToolRegistry(), source="policy.yaml")
+    except PolicyError as error:
+        assert "policy.yaml line" in str(error)
+        return
+    for name, value in policy.limits.items():
+        assert 0 <= value <= {"runs_in_flight": 1000, "runs_per_minute": 10_000}.get(name, 1e6)
+        Limits(**{name: value})  # type: ignore[arg-type]

@@ -111,6 +111,8 @@ class Policy:
         )
         self._pattern_rules = dict(self.patterns)
         self.lines: Mapping[str, int] = MappingProxyType(dict(content.lines))
+        # Per-person limits the file sets (`limits:`); the rest come from the settings.
+        self.limits: Mapping[str, float] = MappingProxyType(dict(content.limits))
         self.high_risk_entries = frozenset(content.high_risk_entries)
         self.warnings: tuple[str, ...] = tuple(content.warnings)
         self.version = hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()[:12]

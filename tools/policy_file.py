@@ -40,7 +40,13 @@ EVERYONE = "everyone"
 EXTERNAL = "external"  # people from another organisation (Slack Connect): never `everyone`
 REQUESTER = "requester"
 
-TOP_LEVEL_KEYS = ("roles", "admins", "approvals_channel", "tools", "defaults")
+TOP_LEVEL_KEYS = ("roles", "admins", "approvals_channel", "limits", "tools", "defaults")
+# Per person; 0 is no limit. Values above these are surely typos.
+LIMIT_BOUNDS: dict[str, tuple[type, float]] = {
+    "runs_in_flight": (int, 1000),
+    "runs_per_minute": (int, 10_000),
+    "cost_per_day": (float, 1_000_000.0),
+}
 WRITE_ONLY_KEYS = ("approvers", "self_approval", "high_risk")
 TOOL_KEYS = {"read": ("allow", "constraints"), "write": ("allow", *WRITE_ONLY_KEYS, "constraints")}
 DEFAULT_KEYS = {"read": ("allow",), "write": ("allow", *WRITE_ONLY_KEYS)}
@@ -171,6 +177,7 @@ class PolicyContent:
     tools: dict[str, RuleFields] = field(default_factory=dict)
     patterns: list[PatternRule] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)  # "tools.x", "defaults.write" -> line
+    limits: dict[str, float] = field(default_factory=dict)  # the `limits:` the file sets
     warnings: list[str] = field(default_factory=list)  # worth fixing, not worth refusing to start
     # Entries ("tools.X") that set high_risk themselves: they overrule a tool's own
     # high-risk declaration (an MCP server's destructiveHint); defaults do not.
@@ -218,6 +225,8 @@ class _Reader(NodeReader):
         if "approvals_channel" in sections:
             with suppress(_Invalid):
                 content.approvals_channel = self.channel(sections["approvals_channel"][1])
+        if "limits" in sections:
+            content.limits = self.limits(sections["limits"][1])
         if "defaults" in sections:
             with suppress(_Invalid):
                 content.default_grants = self.defaults(sections["defaults"][1], content.defaults)
@@ -265,6 +274,22 @@ class _Reader(NodeReader):
                 node, "approvals_channel must be a Slack channel id like C0123ABCD, not a #name"
             )
         return value
+
+    def limits(self, node: Node) -> dict[str, float]:
+        """`limits:`: numbers from 0 (no limit) to a sane bound, per person."""
+        limits: dict[str, float] = {}
+        with suppress(_Invalid):
+            for name, (_, value) in self.mapping(node, "limits", tuple(LIMIT_BOUNDS)).items():
+                kind, bound = LIMIT_BOUNDS[name]
+                number = self.scalar(value) if isinstance(value, yaml.ScalarNode) else None
+                if _in_range(number, bound, whole=kind is int):
+                    limits[name] = kind(number)
+                else:
+                    what = "a whole number" if kind is int else "a number"
+                    self.error(
+                        value, f"limits.{name} must be {what} from 0 (no limit) to {bound:g}"
+                    )
+        return limits
 
     def defaults(self, node: Node, defaults: dict[str, RuleFields]) -> frozenset[str]:
         """Merge `defaults:` into `defaults`; return the effects it grants (those it lists)."""
@@ -515,6 +540,14 @@ class _Reader(NodeReader):
 
     def warn(self, line: int, message: str) -> None:
         self.warnings.append((line, f"{self.source} line {line}: {message}"))
+
+
+def _in_range(value: Any, bound: float, *, whole: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if whole and not float(value).is_integer():
+        return False
+    return 0 <= value <= bound  # False for NaN
 
 
 def _is_empty(node: Node) -> bool:
