@@ -58,6 +58,9 @@ class Decision:
     request: ApprovalRequest
 
 
+PAGE = 500  # requests read per round trip
+
+
 class ApprovalStore:
     """Keys: `{ns}approval:{id}` (hash), `{ns}approvals:pending` (zset id -> expires_at)."""
 
@@ -161,9 +164,22 @@ class ApprovalStore:
         self.redis.hset(self.key(approval_id), "cards", request.to_hash()["cards"])
 
     def pending(self, limit: int = 200) -> list[ApprovalRequest]:
-        ids = self.redis.zrange(self.pending_key, 0, limit - 1)
-        found = (self.find(i.decode()) for i in ids)
-        return [r for r in found if r is not None and r.status == ApprovalStatus.PENDING]
+        """Pending requests, the soonest to expire first; read in one round trip per
+        `PAGE` of them."""
+        ids = [i.decode() for i in self.redis.zrange(self.pending_key, 0, limit - 1)]
+        found: list[ApprovalRequest] = []
+        for start in range(0, len(ids), PAGE):
+            pipe = self.redis.pipeline(transaction=False)
+            for approval_id in ids[start : start + PAGE]:
+                pipe.hgetall(self.key(approval_id))
+            for data in pipe.execute():
+                if data:
+                    request = ApprovalRequest.from_hash(
+                        {k.decode(): v.decode() for k, v in data.items()}
+                    )
+                    if request.status == ApprovalStatus.PENDING:
+                        found.append(request)
+        return found
 
     def overdue(self, now: float | None = None, limit: int = 100) -> list[str]:
         """Pending requests past their expiry (a backstop for the scheduled expiry job)."""

@@ -35,6 +35,8 @@ CANCEL = "sb_cancel"
 SHOW_ARGS = "sb_show_args"
 VIEW_RUN = "sb_view_run"
 SAVE_DEMO = "sb_save_demo"
+# App Home's Previous/Next (HOME_PAGE + "_previous"/"_next"); value: the page to show
+HOME_PAGE = "sb_home_page"
 REJECT_MODAL = "sb_reject_modal"
 REJECT_REASON_BLOCK = "reason"
 REJECT_REASON_INPUT = "reason"

@@ -21,10 +21,16 @@ BATCH = 500
 
 
 def build_home(
-    rt: Runtime, user_id: str, roles: frozenset[str], *, decides: Decides | None = None
+    rt: Runtime,
+    user_id: str,
+    roles: frozenset[str],
+    *,
+    decides: Decides | None = None,
+    page: int = 0,
 ) -> dict[str, Any]:
     """`decides`: who may decide, when the surface knows more than the policy (Slack:
-    external people); `service.pending_for` already asked the policy."""
+    external people); `service.pending_for` already asked the policy. `page`: of the
+    requests waiting for this person."""
     admin = rt.policy.is_admin(roles)
     mine = rt.store.recent(user_id=user_id, limit=15)
     waiting = [
@@ -34,7 +40,7 @@ def build_home(
     ]
     high_risk = frozenset(r.tool for r in waiting if is_high_risk(rt.policy, r.tool))
     if not admin:
-        return home_view(mine=mine, waiting=waiting, admin=False, high_risk=high_risk)
+        return home_view(mine=mine, waiting=waiting, admin=False, high_risk=high_risk, page=page)
     return home_view(
         mine=mine,
         waiting=waiting,
@@ -44,6 +50,7 @@ def build_home(
         pending=rt.approvals.pending(limit=50),
         failures=rt.store.recent(status=RunStatus.FAILED, limit=5),
         spend=spend_since(rt, start_of_day()),
+        page=page,
     )
 
 

@@ -42,6 +42,7 @@ from bot import messages as m
 from bot.blocks import (
     APPROVE,
     CANCEL,
+    HOME_PAGE,
     REJECT,
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
@@ -104,6 +105,7 @@ def register(app: App, sb: Bot) -> None:
     app.action(SHOW_ARGS)(on_show_args)
     app.action(VIEW_RUN)(on_view_run)
     app.action(SAVE_DEMO)(on_save_demo)
+    app.action(re.compile(f"^{HOME_PAGE}_(previous|next)$"))(on_home_page)
     app.view(REJECT_MODAL)(on_reject_submitted)
     app.command(COMMAND)(on_command)
     app.event("app_uninstalled")(on_installation_gone)
@@ -429,10 +431,23 @@ def on_home_opened(event: dict[str, Any], body: dict[str, Any], client: WebClien
         publish_home(sb, client, user, user_team(body))
 
 
-def publish_home(sb: Bot, client: WebClient, user_id: str, team: str) -> None:
+def publish_home(sb: Bot, client: WebClient, user_id: str, team: str, page: int = 0) -> None:
     roles = sb.identity.roles(user_id, team)
-    view = build_home(sb.rt, user_id, roles, decides=sb.identity.may_decide)
+    view = build_home(sb.rt, user_id, roles, decides=sb.identity.may_decide, page=page)
     client.views_publish(user_id=user_id, view=view)
+
+
+@boundary
+def on_home_page(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> None:
+    """Previous / Next in the App Home's list of requests waiting for a decision."""
+    ack()
+    clicked = Clicked.of(body)
+    value = action.get("value")
+    if clicked is None or not (isinstance(value, str) and value.isdigit() and len(value) < 6):
+        return
+    publish_home(sb, client, clicked.user, clicked.team, page=int(value))
 
 
 # -- buttons and modals ---------------------------------------------------------------------------
@@ -451,6 +466,7 @@ class Clicked:
     in_home: bool = False
     view_id: str = ""  # the modal clicked in, if any
     in_modal: bool = False
+    home_page: int = 0  # in the App Home: the page of its waiting list shown
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> Clicked | None:
@@ -472,6 +488,7 @@ class Clicked:
             in_home=container.get("type") == "view" and not in_modal,
             view_id=(ids.shaped(ids.VIEW, dig(body, "view", "id")) or "") if in_modal else "",
             in_modal=in_modal,
+            home_page=read_page(dig(body, "view", "private_metadata")),
         )
 
     def roles(self, sb: Bot) -> frozenset[str]:
@@ -634,6 +651,17 @@ def on_reject_submitted(
     after_decision(sb, client, clicked, outcome)
 
 
+def read_page(raw: Any) -> int:
+    """The page an App Home view says it shows (its private_metadata); 0 if it says none."""
+    if not isinstance(raw, str) or len(raw) > 100:
+        return 0
+    try:
+        page = json.loads(raw).get("page")
+    except (ValueError, AttributeError):
+        return 0
+    return page if isinstance(page, int) and not isinstance(page, bool) and 0 <= page < 10**5 else 0
+
+
 def read_metadata(raw: Any) -> dict[str, str]:
     if not isinstance(raw, str) or not raw or len(raw) > METADATA_MAX:
         return {}
@@ -666,7 +694,7 @@ def after_decision(
     else:
         sb.surface.show_outcome(request, also=clicked.card)
     if clicked.in_home:
-        publish_home(sb, client, clicked.user, clicked.team)
+        publish_home(sb, client, clicked.user, clicked.team, page=clicked.home_page)
 
 
 @boundary

@@ -251,7 +251,9 @@ HOME_PENDING_ALL = "All pending approvals"
 HOME_FAILURES = "Recent failures"
 HOME_SPEND = "*Today's spend:* ${cost:.4f} over {runs} runs ({tokens:,} tokens)"
 HOME_NONE = "None."
-HOME_MORE = "_…and {count} more._"
+HOME_PAGE = "{first}–{last} of {of}, the soonest to expire first"
+HOME_PREVIOUS = "Previous"
+HOME_NEXT = "Next"
 
 # -- plain words ----------------------------------------------------------------------------
 

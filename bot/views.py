@@ -9,6 +9,7 @@ from typing import Any
 from approvals import ApprovalRequest
 from bot import messages as m
 from bot.blocks import (
+    HOME_PAGE,
     REJECT,
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
@@ -335,15 +336,28 @@ def home_view(
     pending: list[ApprovalRequest] | None = None,
     failures: list[Run] | None = None,
     spend: tuple[float, int, int] | None = None,
+    page: int = 0,
 ) -> dict[str, Any]:
+    """`page`: which HOME_APPROVALS of `waiting` to show (every one can be reached)."""
     blocks: list[dict[str, Any]] = [header(m.HOME_TITLE), context(m.HOME_INTRO)]
     blocks += [divider(), section(f"*{m.HOME_WAITING}*")]
+    page = home_page(page, len(waiting))
+    shown = waiting[page * HOME_APPROVALS : (page + 1) * HOME_APPROVALS]
     if not waiting:
         blocks.append(context(m.HOME_WAITING_NONE))
-    for request in waiting[:HOME_APPROVALS]:
+    for request in shown:
         blocks += approval_line(request, buttons=True, high_risk=request.tool in high_risk)
     if len(waiting) > HOME_APPROVALS:
-        blocks.append(context(m.HOME_MORE.format(count=len(waiting) - HOME_APPROVALS)))
+        first = page * HOME_APPROVALS + 1
+        blocks.append(
+            context(m.HOME_PAGE.format(first=first, last=first + len(shown) - 1, of=len(waiting)))
+        )
+        nav = []
+        if page > 0:
+            nav.append(button(m.HOME_PREVIOUS, f"{HOME_PAGE}_previous", str(page - 1)))
+        if (page + 1) * HOME_APPROVALS < len(waiting):
+            nav.append(button(m.HOME_NEXT, f"{HOME_PAGE}_next", str(page + 1)))
+        blocks.append(actions(*nav, block_id="sb_home_pages"))
     blocks += [divider(), section(f"*{m.HOME_MINE}*")]
     blocks += [run_line(r) for r in mine[:HOME_RUNS]] or [context(m.HOME_NONE)]
     if admin:
@@ -360,4 +374,14 @@ def home_view(
         blocks += lines or [context(m.HOME_NONE)]
         blocks += [divider(), section(f"*{m.HOME_FAILURES}*")]
         blocks += [run_line(r) for r in (failures or [])[:HOME_FAILURES]] or [context(m.HOME_NONE)]
-    return {"type": "home", "blocks": blocks[:MAX_VIEW_BLOCKS]}
+    return {
+        "type": "home",
+        "blocks": blocks[:MAX_VIEW_BLOCKS],
+        "private_metadata": json.dumps({"page": page}),
+    }
+
+
+def home_page(page: int, waiting: int) -> int:
+    """`page` within the pages `waiting` requests fill (the last one if past it)."""
+    pages = max(1, -(-waiting // HOME_APPROVALS))
+    return min(max(page, 0), pages - 1)

@@ -25,7 +25,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from bot import messages as m
-from bot.blocks import APPROVE, SHOW_ARGS, VIEW_RUN
+from bot.blocks import APPROVE, HOME_PAGE, SHOW_ARGS, VIEW_RUN
 from bot.mrkdwn import BIDI_CONTROLS, code, code_block, has_bidi, neutralise_bidi, to_mrkdwn
 from tests.bot_helpers import (
     ALICE,
@@ -263,3 +263,76 @@ def test_rendering_any_text_never_raises_and_links_only_to_http(text: str) -> No
     out = to_mrkdwn(text)
     for url in re.findall(r"<([^|>]+)", out):
         assert url.startswith(("http://", "https://"))
+
+
+# -- item 3: the App Home's list of what waits for a decision is complete -----------------------
+
+
+def spam_requests(env: BotEnv, count: int) -> list[str]:
+    """`count` pending requests from Mallory, all expiring before a real card's."""
+    return [
+        env.rt.approvals.create(
+            run_id=f"spam{n}",
+            call_id=f"call{n}",
+            tool="create_ticket",
+            args={"project": "IT", "title": f"spam {n}"},
+            requester="UMALLORY",
+            team_id="T0001",
+            channel_id=CHANNEL,
+            policy_version=env.rt.policy.version,
+            ttl=3600 + n,
+        ).id
+        for n in range(count)
+    ]
+
+
+def click_in_home(env: BotEnv, home: dict[str, Any], action_id: str, value: str) -> dict[str, Any]:
+    """Click a button of the published App Home `home`; the view published next."""
+    view = {**home, "id": "VHOME", "type": "home"}
+    before = len(env.slack.calls("views.publish"))
+    env.post(block_actions(action_id, value, user_id=SUPPORT, view=view))
+    return env.slack.wait_for(
+        lambda: (
+            env.slack.calls("views.publish")[before]
+            if len(env.slack.calls("views.publish")) > before
+            else None
+        )
+    )["view"]
+
+
+def test_a_burst_of_requests_cannot_push_a_real_one_out_of_the_approvers_home(
+    env: BotEnv, model_server: FakeOpenAI
+) -> None:
+    model_server.route(
+        "VPN", [Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "VPN"})]), "Filed."]
+    )
+    real, _ = card_of(env, app_mention("<@UBOT> file a VPN ticket", user=ALICE))
+    spam = spam_requests(env, 23)
+
+    home = home_of(env, SUPPORT)
+    seen = [b["value"] for b in approve_buttons(home["blocks"])]
+    assert seen == spam[:10]  # the soonest to expire first
+    assert "1–10 of 24" in texts(home["blocks"])
+    assert f"{HOME_PAGE}_previous" not in buttons(home["blocks"])
+    pages = 1
+    while real not in seen:
+        next_page = buttons(home["blocks"])[f"{HOME_PAGE}_next"]
+        home = click_in_home(env, home, f"{HOME_PAGE}_next", next_page)
+        seen = [b["value"] for b in approve_buttons(home["blocks"])]
+        pages += 1
+    assert pages == 3 and seen == [*spam[20:], real]
+    assert "21–24 of 24" in texts(home["blocks"])
+    assert f"{HOME_PAGE}_next" not in buttons(home["blocks"])
+    assert buttons(home["blocks"])[f"{HOME_PAGE}_previous"] == "1"
+
+    # deciding from the third page shows the third page again, one shorter
+    home = click_in_home(env, home, APPROVE, real)
+    assert [b["value"] for b in approve_buttons(home["blocks"])] == spam[20:]
+    assert "21–23 of 23" in texts(home["blocks"])
+
+
+def test_a_home_page_past_the_end_shows_the_last_page(env: BotEnv) -> None:
+    spam = spam_requests(env, 12)
+    home = click_in_home(env, {"blocks": [], "private_metadata": ""}, f"{HOME_PAGE}_next", "99")
+    assert [b["value"] for b in approve_buttons(home["blocks"])] == spam[10:]
+    assert json.loads(home["private_metadata"]) == {"page": 1}

@@ -195,11 +195,16 @@ def may_inspect(rt: Runtime, run: Run, user_id: str, roles: frozenset[str]) -> b
     return run.requester.user_id == user_id or rt.policy.is_admin(roles)
 
 
+PENDING_SCAN = 5000  # pending requests looked at for one person's list, at most
+
+
 def pending_for(rt: Runtime, user_id: str, roles: frozenset[str]) -> list[ApprovalRequest]:
-    """Approval requests this person may decide now."""
+    """Approval requests this person may decide now, the soonest to expire first: all of
+    them (up to PENDING_SCAN pending in all), so a burst of someone else's requests cannot
+    push one out of sight."""
     return [
         r
-        for r in rt.approvals.pending()
+        for r in rt.approvals.pending(limit=PENDING_SCAN)
         if rt.policy.may_decide(r.tool, r.requester, user_id, roles)
     ]
 
