@@ -85,7 +85,7 @@ def bare_app(api_url: str) -> App:
 
 @contextmanager
 def served(app: App, rt: Runtime) -> Iterator[int]:
-    server = SlackHTTPServer(app, rt, ("127.0.0.1", 0))
+    server = SlackHTTPServer(app, rt, ("127.0.0.1", 0), signing_secret=SECRET)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
