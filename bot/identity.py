@@ -109,16 +109,24 @@ class Identity:
         return any(EXTERNAL in self.policy.rule(name).allow for name in names)
 
     def may_decide(
-        self, tool: str, requester_id: str, decider_id: str, roles: frozenset[str]
+        self,
+        tool: str,
+        requester_id: str,
+        decider_id: str,
+        roles: frozenset[str],
+        *,
+        escalated: bool = False,
     ) -> bool:
         """The policy's answer, and for an external decider an approver role they hold by
         name: `everyone` and `requester` (self-approval) are not enough."""
-        if not self.policy.may_decide(tool, requester_id, decider_id, roles):
+        if not self.policy.may_decide(tool, requester_id, decider_id, roles, escalated=escalated):
             return False
         if EXTERNAL not in roles:
             return True
         try:
-            approvers = set(self.policy.rule(tool).approvers) - {EVERYONE, REQUESTER}
+            rule = self.policy.rule(tool)
         except KeyError:
             return False
+        named = set(rule.approvers) | (set(rule.escalate_to) if escalated else set())
+        approvers = named - {EVERYONE, REQUESTER}
         return not approvers.isdisjoint(roles - {EVERYONE})

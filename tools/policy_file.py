@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -64,6 +64,9 @@ class RuleFields(TypedDict):
     self_approval: bool
     high_risk: bool
     constraints: dict[str, tuple[Any, ...]]
+    remind_after: NotRequired[float | None]
+    escalate_to: NotRequired[tuple[str, ...]]
+    escalate_after: NotRequired[float | None]
 
 
 def default_rules() -> dict[str, RuleFields]:
