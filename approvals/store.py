@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -198,6 +200,24 @@ class ApprovalStore:
             "redis.call('HSET', KEYS[1], 'escalated', '1') return 1"
         )
         return bool(self.redis.eval(script, 1, self.key(approval_id)))
+
+    def create_batch(self, requests: list[ApprovalRequest]) -> str:
+        """One record for the requests a turn asked for together (one card, Approve all);
+        each request stays its own, bound to its own arguments and decided on its own."""
+        ids = [r.id for r in requests]
+        batch_id = "bt_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:20]
+        ttl = max(r.expires_at for r in requests) - time.time() + self.keep_after_decision
+        self.redis.set(self.batch_key(batch_id), json.dumps(ids), ex=max(1, int(ttl)))
+        return batch_id
+
+    def batch(self, batch_id: str) -> list[ApprovalRequest]:
+        raw = self.redis.get(self.batch_key(batch_id))
+        ids = json.loads(raw) if raw else []
+        found = (self.find(i) for i in ids if isinstance(i, str))
+        return [r for r in found if r is not None]
+
+    def batch_key(self, batch_id: str) -> str:
+        return f"{self.ns}batch:{batch_id}"
 
     def add_card(self, approval_id: str, card: dict[str, str]) -> None:
         request = self.get(approval_id)

@@ -43,6 +43,8 @@ REJECT_REASON_INPUT = "reason"
 REJECT_INSTRUCTIONS_BLOCK = "instructions"
 REJECT_INSTRUCTIONS_INPUT = "instructions"
 EDIT = "sb_edit"
+APPROVE_ALL = "sb_approve_all"
+REJECT_ALL = "sb_reject_all"
 EDIT_MODAL = "sb_edit_modal"
 
 SECTION_LIMIT = 3000

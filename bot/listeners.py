@@ -42,10 +42,12 @@ from bot import demos, ids
 from bot import messages as m
 from bot.blocks import (
     APPROVE,
+    APPROVE_ALL,
     CANCEL,
     EDIT,
     EDIT_MODAL,
     REJECT,
+    REJECT_ALL,
     REJECT_INSTRUCTIONS_BLOCK,
     REJECT_INSTRUCTIONS_INPUT,
     REJECT_MODAL,
@@ -109,9 +111,11 @@ def register(app: App, sb: Bot) -> None:
     app.action(VIEW_RUN)(on_view_run)
     app.action(SAVE_DEMO)(on_save_demo)
     app.view(REJECT_MODAL)(on_reject_submitted)
-    from bot import edit  # it uses this module's helpers: imported once they exist
+    from bot import batch, edit  # they use this module's helpers: imported once they exist
 
     app.action(EDIT)(boundary(edit.on_edit))
+    app.action(APPROVE_ALL)(boundary(batch.on_decide_all))
+    app.action(REJECT_ALL)(boundary(batch.on_decide_all))
     app.view(EDIT_MODAL)(boundary(edit.on_edit_submitted))
     app.command(COMMAND)(on_command)
     app.event("app_uninstalled")(on_installation_gone)

@@ -21,6 +21,10 @@ class Surface(Protocol):
 
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None: ...
 
+    def approvals_requested(
+        self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]
+    ) -> None: ...
+
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None: ...
 
     def finished(self, run: Run) -> None: ...
@@ -33,6 +37,9 @@ class SilentSurface:
         return None
 
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
+        return None
+
+    def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
         return None
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
@@ -53,6 +60,15 @@ class Guarded:
 
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
         self._call("approval_requested", run, request, tool)
+
+    def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
+        """The writes one turn asked for, together; a surface that cannot show them as one
+        shows each on its own."""
+        if len(requests) > 1 and hasattr(self.inner, "approvals_requested"):
+            self._call("approvals_requested", run, requests)
+            return
+        for request, tool in requests:
+            self._call("approval_requested", run, request, tool)
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         self._call("approval_resolved", run, request)
