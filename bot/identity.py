@@ -47,6 +47,13 @@ class UserGroups:
                 self._refresh()
             return self._by_user.get(user_id, frozenset())
 
+    def members_of(self, handle: str) -> frozenset[str]:
+        """The users in the group "@handle" (for DMs to approvers)."""
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._refresh()
+            return frozenset(u for u, handles in self._by_user.items() if handle in handles)
+
     def _refresh(self) -> None:
         try:
             by_user = self._fetch()

@@ -19,6 +19,15 @@ BATCH_ITEM = "*{n}. {tool}*"
 BATCH_CONFIRM = "Approve all {count} pending calls? Some are high-risk."
 BATCH_FALLBACK = "Approvals needed: {user} asked to run {count} calls"
 BATCH_NOTHING_LEFT = "Nothing in this batch is waiting any more."
+REMIND_DM = (
+    ":bell: {user}'s call to *{tool}* is waiting for your decision (expires {expires}). {where}"
+)
+ESCALATED_DM = (
+    ":arrow_double_up: Escalated to you: {user}'s call to *{tool}* has waited too long for "
+    "a decision, and you may decide it now (expires {expires}). {where}"
+)
+REMIND_LINK = "<{link}|Open the card>"
+REMIND_NO_LINK = "Find it in Switchboard's App Home."
 CANCEL = "Cancel"
 SHOW_ALL = "Show all"
 VIEW_RUN = "View run"

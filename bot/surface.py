@@ -23,6 +23,7 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from approvals import ApprovalRequest
 from bot import messages as m
+from bot import reminders
 from bot.batch import ITEMS_PER_CARD, batch_card
 from bot.blocks import (
     Message,
@@ -33,6 +34,7 @@ from bot.blocks import (
     status_final,
 )
 from bot.blocks import status_working as status_working_message
+from bot.identity import UserGroups
 from bot.installations import Installations
 from bot.mrkdwn import channel as channel_link
 from bot.throttle import Throttle
@@ -87,6 +89,7 @@ class SlackSurface:
         self.throttle = Throttle(update_interval)
         self.status_refresh = status_refresh
         self._refreshers: dict[str, threading.Timer] = {}
+        self._groups: UserGroups | None = None  # for reminders: made when first needed
         self._refresh_lock = threading.Lock()
 
     def close(self) -> None:
@@ -297,6 +300,15 @@ class SlackSurface:
                 )
             except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
+
+    @never_raises
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+        """DM the people who may decide, with a link to the card (bot.reminders)."""
+        if self.gone(run):
+            return
+        if self._groups is None:
+            self._groups = UserGroups(self.client)
+        reminders.remind(self.client, self.rt.policy, self._groups, request, escalated=escalated)
 
     # -- the end --------------------------------------------------------------------------------
 

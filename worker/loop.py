@@ -17,7 +17,7 @@ import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus
 from tools import ArgumentError, Tool, canonical_json, decode_arguments
-from worker import executor, metrics
+from worker import executor, metrics, reminders
 from worker.budgets import exhausted
 from worker.grounding import untraceable
 from worker.model import ModelError, ModelTurn
@@ -323,6 +323,7 @@ def request_approval(
         request.id,
         job_id=rt.expiry_job_id(request.id),
     )
+    reminders.schedule(rt, request)
     rt.events.append(
         run.id,
         "approval_requested",

@@ -27,6 +27,8 @@ class Surface(Protocol):
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None: ...
 
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None: ...
+
     def finished(self, run: Run) -> None: ...
 
 
@@ -43,6 +45,9 @@ class SilentSurface:
         return None
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
+        return None
+
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
         return None
 
     def finished(self, run: Run) -> None:
@@ -72,6 +77,13 @@ class Guarded:
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         self._call("approval_resolved", run, request)
+
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+        if hasattr(self.inner, "approval_reminder"):  # a surface may have no way to remind
+            try:
+                self.inner.approval_reminder(run, request, escalated=escalated)
+            except Exception:  # as _call: the surface is someone else's system
+                log.exception("surface_failed", method="approval_reminder", run_id=run.id)
 
     def finished(self, run: Run) -> None:
         self._call("finished", run)
