@@ -46,6 +46,7 @@ def batch_card(
     *,
     approvers: str,
     high_risk: set[str],
+    descriptions: dict[str, str] | None = None,
     elsewhere: str | None = None,
 ) -> Message:
     """The card: each item with its own buttons (or its outcome), then the batch buttons
@@ -57,9 +58,12 @@ def batch_card(
     ]
     for n, request in enumerate(requests[:ITEMS_PER_CARD], start=1):
         args_text, _ = pretty_json(request.args)
+        described = ((descriptions or {}).get(request.tool, "").strip().splitlines() or [""])[0]
         blocks.append(
             section(
-                m.BATCH_ITEM.format(n=n, tool=escape(request.tool))
+                m.BATCH_ITEM.format(
+                    n=n, tool=escape(request.tool), description=cut(escape(described), 300)
+                )
                 + "\n"
                 + code_block(cut(args_text, ITEM_ARGS))
             )

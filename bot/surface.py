@@ -219,6 +219,11 @@ class SlackSurface:
             requests,
             approvers=self.rt.policy.approvers_text(requests[0].tool),
             high_risk={r.tool for r in requests if is_high_risk(self.rt.policy, r.tool)},
+            descriptions={
+                r.tool: tool.description
+                for r in requests
+                if (tool := self.rt.registry.get(r.tool)) is not None
+            },
             elsewhere=elsewhere,
         )
 
