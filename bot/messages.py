@@ -27,6 +27,7 @@ ESCALATED_DM = (
     "a decision, and you may decide it now (expires {expires}). {where}"
 )
 REMIND_LINK = "<{link}|Open the card>"
+CARD_ESCALATED = ", or (escalated) {roles}"
 REMIND_NO_LINK = "Find it in Switchboard's App Home."
 CANCEL = "Cancel"
 SHOW_ALL = "Show all"

@@ -217,7 +217,7 @@ class SlackSurface:
         return batch_card(
             batch_id,
             requests,
-            approvers=self.rt.policy.approvers_text(requests[0].tool),
+            approvers=self.approvers(requests[0]),
             high_risk={r.tool for r in requests if is_high_risk(self.rt.policy, r.tool)},
             descriptions={
                 r.tool: tool.description
@@ -262,11 +262,20 @@ class SlackSurface:
         return approval_card(
             request,
             description=description,
-            approvers=self.rt.policy.approvers_text(request.tool),
+            approvers=self.approvers(request),
             high_risk=is_high_risk(self.rt.policy, request.tool),
             elsewhere=elsewhere,
             outcome=outcome,
         )
+
+    def approvers(self, request: ApprovalRequest) -> str:
+        """Who may decide, in words; an escalated request names its escalation roles too."""
+        text = self.rt.policy.approvers_text(request.tool)
+        if request.escalated:
+            with contextlib.suppress(KeyError):
+                roles = self.rt.policy.rule(request.tool).escalate_to
+                text += m.CARD_ESCALATED.format(roles=", ".join("@" + r for r in roles))
+        return text
 
     @never_raises
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
@@ -283,9 +292,10 @@ class SlackSurface:
         run_reason: EndReason | None = None,
         also: dict[str, str] | None = None,
     ) -> None:
-        """Update every card of `request` in place: the outcome instead of the buttons.
+        """Update every card of `request` in place: the outcome instead of the buttons (a
+        pending request's cards are drawn again as they stand, e.g. once escalated).
         `also` is the card that was clicked, in case it was not recorded yet."""
-        outcome = outcome_text(request, run_reason)
+        outcome = outcome_text(request, run_reason) if request.decided else None
         cards = list(request.cards)
         known = {(c.get("channel"), c.get("ts")) for c in cards}
         if also and also.get("channel") and (also["channel"], also.get("ts")) not in known:
@@ -314,6 +324,8 @@ class SlackSurface:
         if self._groups is None:
             self._groups = UserGroups(self.client)
         reminders.remind(self.client, self.rt.policy, self._groups, request, escalated=escalated)
+        if escalated:  # the cards say who may decide now
+            self.show_outcome(request)
 
     # -- the end --------------------------------------------------------------------------------
 

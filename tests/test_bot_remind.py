@@ -15,7 +15,16 @@ import redis
 import tools.builtin
 from approvals import ApprovalStatus
 from bot.blocks import APPROVE
-from tests.bot_helpers import ALICE, CHANNEL, SUPPORT, SUPPORT2, BotEnv, bot_env
+from tests.bot_helpers import (
+    ALICE,
+    CHANNEL,
+    SUPPORT,
+    SUPPORT2,
+    BotEnv,
+    bot_env,
+    buttons,
+    texts,
+)
 from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import wait_until
 from tests.test_bot_flow import CREATE, suspended_on_card
@@ -91,6 +100,8 @@ def test_reminders_go_to_the_approvers_and_escalation_lets_the_role_decide_only_
     assert env.rt.approvals.get(approval_id).escalated
     [dm] = dms_to(env, MANAGER)
     assert "Escalated to you" in dm["text"] and link in dm["text"]
+    card = env.slack.wait_for_call("chat.update", lambda a: a["ts"] == card_ts)
+    assert "(escalated) @managers" in texts(card["blocks"]) and APPROVE in buttons(card["blocks"])
 
     env.click(APPROVE, approval_id, MANAGER, channel=CHANNEL, message_ts=card_ts)
     wait_until(
