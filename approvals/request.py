@@ -43,8 +43,19 @@ class ApprovalRequest:
     decided_by: str = ""
     decided_at: float = 0.0
     reason: str = ""
+    # Approved with edits: what the model proposed (`args` then holds the edited arguments,
+    # which the binding covers). None when approved as proposed, or not approved.
+    original_args: dict[str, Any] | None = None
+    # Rejected with instructions: what the approver told the agent to do instead.
+    instructions: str = ""
+    # Escalated: the policy's `escalate_to` roles may decide too (after `escalate_after`).
+    escalated: bool = False
     # Where the surface showed the card (e.g. Slack channel and ts), so it can be updated later.
     cards: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def edited(self) -> bool:
+        return self.original_args is not None
 
     @property
     def decided(self) -> bool:
@@ -59,6 +70,10 @@ class ApprovalRequest:
         for key, value in data.items():
             if key in ("args", "cards"):
                 out[key] = canonical_json(value)
+            elif key == "original_args":
+                out[key] = "" if value is None else canonical_json(value)
+            elif key == "escalated":
+                out[key] = "1" if value else ""
             else:
                 out[key] = str(value)
         return out
@@ -83,4 +98,7 @@ class ApprovalRequest:
             decided_at=float(data.get("decided_at") or 0.0),
             reason=data.get("reason", ""),
             cards=json.loads(data.get("cards") or "[]"),
+            original_args=json.loads(data["original_args"]) if data.get("original_args") else None,
+            instructions=data.get("instructions", ""),
+            escalated=data.get("escalated") == "1",
         )

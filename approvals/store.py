@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -10,6 +12,9 @@ from typing import Any
 import redis
 
 from approvals.request import ApprovalRequest, ApprovalStatus, binding_hash
+from tools import canonical_json
+
+INSTRUCTIONS_MAX = 1000  # what an approver tells the agent: an observation, kept small
 
 # Wake a run: (re)score it in the due set with a strictly increasing millisecond stamp, so a
 # worker that read an older score knows it must look again before it lets the run rest.
@@ -23,8 +28,12 @@ local function wake(due, member)
 end
 """
 
-# KEYS: approval hash, pending index, due set.  ARGV: status, decider, reason, run_id, id.
+# KEYS: approval hash, pending index, due set.  ARGV: status, decider, reason, run_id, id,
+# edited args, their binding, the original args (all three '' unless approved with edits),
+# instructions ('' unless rejected with them).
 # Of concurrent decisions exactly one finds the request pending; the rest get the winner back.
+# An edit replaces the arguments and the binding in the same step as the decision: the
+# approval covers exactly the edited call, and nothing can run the original under it.
 _DECIDE = (
     WAKE_LUA
     + """
@@ -39,6 +48,12 @@ if (status == 'approved' or status == 'rejected') and now >= tonumber(fields[2])
 end
 redis.call('HSET', KEYS[1], 'status', status, 'decided_by', decider,
            'decided_at', tostring(now), 'reason', reason)
+if status == 'approved' and ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'args', ARGV[6], 'binding', ARGV[7], 'original_args', ARGV[8])
+end
+if status == 'rejected' and ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[1], 'instructions', ARGV[9])
+end
 redis.call('ZREM', KEYS[2], ARGV[5])
 wake(KEYS[3], ARGV[4])
 return {'ok', status}
@@ -139,13 +154,36 @@ class ApprovalStore:
             return None
 
     def decide(
-        self, approval_id: str, status: ApprovalStatus, decided_by: str, reason: str = ""
+        self,
+        approval_id: str,
+        status: ApprovalStatus,
+        decided_by: str,
+        reason: str = "",
+        *,
+        edited_args: dict[str, Any] | None = None,
+        instructions: str = "",
     ) -> Decision:
-        """Move a pending request to `status`. Authorization is the caller's job (policy)."""
+        """Move a pending request to `status`. Authorization (and, for `edited_args`,
+        validation) is the caller's job. Approving with `edited_args` rebinds the request to
+        them; `instructions` go with a rejection."""
         request = self.get(approval_id)
+        edit = ["", "", ""]
+        if edited_args is not None and status == ApprovalStatus.APPROVED:
+            binding = binding_hash(
+                request.tool, edited_args, request.requester, request.policy_version
+            )
+            edit = [canonical_json(edited_args), binding, canonical_json(request.args)]
         result = self._decide(
             keys=[self.key(approval_id), self.pending_key, self.due_key],
-            args=[status.value, decided_by, reason[:1000], request.run_id, approval_id],
+            args=[
+                status.value,
+                decided_by,
+                reason[:1000],
+                request.run_id,
+                approval_id,
+                *edit,
+                instructions[:INSTRUCTIONS_MAX],
+            ],
         )
         outcome = result[0].decode()
         if outcome == "missing":
@@ -157,6 +195,32 @@ class ApprovalStore:
 
     def withdraw(self, approval_id: str, reason: str) -> Decision:
         return self.decide(approval_id, ApprovalStatus.WITHDRAWN, "", reason)
+
+    def escalate(self, approval_id: str) -> bool:
+        """Mark a pending request escalated; False when it was decided (or gone) already."""
+        script = (
+            "if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end "
+            "redis.call('HSET', KEYS[1], 'escalated', '1') return 1"
+        )
+        return bool(self.redis.eval(script, 1, self.key(approval_id)))
+
+    def create_batch(self, requests: list[ApprovalRequest]) -> str:
+        """One record for the requests a turn asked for together (one card, Approve all);
+        each request stays its own, bound to its own arguments and decided on its own."""
+        ids = [r.id for r in requests]
+        batch_id = "bt_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:20]
+        ttl = max(r.expires_at for r in requests) - time.time() + self.keep_after_decision
+        self.redis.set(self.batch_key(batch_id), json.dumps(ids), ex=max(1, int(ttl)))
+        return batch_id
+
+    def batch(self, batch_id: str) -> list[ApprovalRequest]:
+        raw = self.redis.get(self.batch_key(batch_id))
+        ids = json.loads(raw) if raw else []
+        found = (self.find(i) for i in ids if isinstance(i, str))
+        return [r for r in found if r is not None]
+
+    def batch_key(self, batch_id: str) -> str:
+        return f"{self.ns}batch:{batch_id}"
 
     def add_card(self, approval_id: str, card: dict[str, str]) -> None:
         request = self.get(approval_id)

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals import ApprovalRequest, ApprovalStatus
+from approvals.edits import changes, shown
 from bot import messages as m
 from bot.mrkdwn import (
     clock,
+    code,
     code_block,
     cut,
     date,
@@ -40,6 +42,12 @@ HOME_PAGE = "sb_home_page"
 REJECT_MODAL = "sb_reject_modal"
 REJECT_REASON_BLOCK = "reason"
 REJECT_REASON_INPUT = "reason"
+REJECT_INSTRUCTIONS_BLOCK = "instructions"
+REJECT_INSTRUCTIONS_INPUT = "instructions"
+EDIT = "sb_edit"
+APPROVE_ALL = "sb_approve_all"
+REJECT_ALL = "sb_reject_all"
+EDIT_MODAL = "sb_edit_modal"
 
 SECTION_LIMIT = 3000
 PIECE = 2900  # answer text per section, leaving room for fences
@@ -270,6 +278,7 @@ def approval_card(
     if outcome is None:
         elements = [
             approve_button(request, high_risk=high_risk),
+            button(m.EDIT, EDIT, request.id),
             button(m.REJECT, REJECT, request.id, style="danger"),
         ]
         if was_cut or bidi:
@@ -308,16 +317,36 @@ def is_high_risk(policy: Policy, tool: str) -> bool:
 
 def outcome_text(request: ApprovalRequest, run_reason: EndReason | None = None) -> str:
     status = request.status
+    if status == ApprovalStatus.APPROVED and request.original_args is not None:
+        lines = [
+            m.CARD_CHANGE.format(
+                field=escape(c.field),
+                old=code(shown(c.old, c.was_set)),
+                new=code(shown(c.new, c.is_set)),
+            )
+            for c in changes(request.original_args, request.args)[:10]
+        ]
+        return m.CARD_APPROVED_EDITED.format(
+            user=mention(request.decided_by),
+            when=clock(request.decided_at),
+            changes=cut("\n".join(lines), 2000),
+        )
     if status == ApprovalStatus.APPROVED:
         return m.CARD_APPROVED.format(
             user=mention(request.decided_by), when=clock(request.decided_at)
         )
     if status == ApprovalStatus.REJECTED:
+        told = ""
+        if request.instructions:
+            told = m.CARD_INSTRUCTIONS.format(text=cut(escape(request.instructions), 500))
         if request.reason:
-            return m.CARD_REJECTED_REASON.format(
-                user=mention(request.decided_by), reason=cut(escape(request.reason), 500)
+            return (
+                m.CARD_REJECTED_REASON.format(
+                    user=mention(request.decided_by), reason=cut(escape(request.reason), 500)
+                )
+                + told
             )
-        return m.CARD_REJECTED.format(user=mention(request.decided_by))
+        return m.CARD_REJECTED.format(user=mention(request.decided_by)) + told
     if status == ApprovalStatus.EXPIRED:
         return m.CARD_EXPIRED
     if status == ApprovalStatus.WITHDRAWN:

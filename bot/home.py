@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from approvals import ApprovalRequest
 from bot.blocks import is_high_risk
 from bot.views import home_view
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime
 
-Decides = Callable[[str, str, str, frozenset[str]], bool]  # (tool, requester, decider, roles)
+Decides = Callable[[ApprovalRequest, str, frozenset[str]], bool]  # (request, decider, roles)
 
 SPEND_SCAN = 5000  # runs created today that the spend figure looks at, at most
 BATCH = 500
@@ -36,7 +37,7 @@ def build_home(
     waiting = [
         r
         for r in service.pending_for(rt, user_id, roles)
-        if decides is None or decides(r.tool, r.requester, user_id, roles)
+        if decides is None or decides(r, user_id, roles)
     ]
     high_risk = frozenset(r.tool for r in waiting if is_high_risk(rt.policy, r.tool))
     if not admin:

@@ -68,19 +68,28 @@ class UserGroups:
     def handles_of(self, user_id: str) -> frozenset[str]:
         """The "@handle"s of the groups `user_id` belongs to. Raises RolesUnavailable."""
         with self._lock:
-            now = self.clock()
-            if now - self._fetched_at >= self.ttl / 2:
-                self._load_shared()
-            if now - self._fetched_at >= self.ttl / 2 and now >= self._retry_at:
-                self._refresh(now)
-            age = now - self._fetched_at
-            if age > self.ttl:
-                raise RolesUnavailable(
-                    "Slack's user groups could not be read (usergroups.list) for "
-                    f"{'ever' if math.isinf(age) else f'{age:.0f} s'}; the bound is "
-                    f"{self.ttl:.0f} s"
-                )
-            return self._by_user.get(user_id, frozenset())
+            return self._current().get(user_id, frozenset())
+
+    def members_of(self, handle: str) -> frozenset[str]:
+        """The users in the group "@handle" (for DMs to approvers). Raises RolesUnavailable."""
+        with self._lock:
+            return frozenset(u for u, handles in self._current().items() if handle in handles)
+
+    def _current(self) -> dict[str, frozenset[str]]:
+        """The map, read again when half the bound has passed; held under the lock."""
+        now = self.clock()
+        if now - self._fetched_at >= self.ttl / 2:
+            self._load_shared()
+        if now - self._fetched_at >= self.ttl / 2 and now >= self._retry_at:
+            self._refresh(now)
+        age = now - self._fetched_at
+        if age > self.ttl:
+            raise RolesUnavailable(
+                "Slack's user groups could not be read (usergroups.list) for "
+                f"{'ever' if math.isinf(age) else f'{age:.0f} s'}; the bound is "
+                f"{self.ttl:.0f} s"
+            )
+        return self._by_user
 
     def _refresh(self, now: float) -> None:
         try:
@@ -188,16 +197,24 @@ class Identity:
         return any(EXTERNAL in self.policy.rule(name).allow for name in names)
 
     def may_decide(
-        self, tool: str, requester_id: str, decider_id: str, roles: frozenset[str]
+        self,
+        tool: str,
+        requester_id: str,
+        decider_id: str,
+        roles: frozenset[str],
+        *,
+        escalated: bool = False,
     ) -> bool:
         """The policy's answer, and for an external decider an approver role they hold by
         name: `everyone` and `requester` (self-approval) are not enough."""
-        if not self.policy.may_decide(tool, requester_id, decider_id, roles):
+        if not self.policy.may_decide(tool, requester_id, decider_id, roles, escalated=escalated):
             return False
         if EXTERNAL not in roles:
             return True
         try:
-            approvers = set(self.policy.rule(tool).approvers) - {EVERYONE, REQUESTER}
+            rule = self.policy.rule(tool)
         except KeyError:
             return False
+        named = set(rule.approvers) | (set(rule.escalate_to) if escalated else set())
+        approvers = named - {EVERYONE, REQUESTER}
         return not approvers.isdisjoint(roles - {EVERYONE})

@@ -19,6 +19,7 @@ TRIGGER = re.compile(r"[A-Za-z0-9.]{1,200}")
 VIEW = re.compile(r"V[A-Z0-9]{1,20}")
 RUN = re.compile(r"r[0-9a-f]{8,40}")
 APPROVAL = re.compile(r"ap_[0-9a-f]{8,64}")
+BATCH = re.compile(r"bt_[0-9a-f]{20}")
 
 
 def shaped(pattern: re.Pattern[str], value: Any) -> str | None:

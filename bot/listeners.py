@@ -37,13 +37,20 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
 from approvals import ApprovalRequest
+from approvals.store import INSTRUCTIONS_MAX
 from bot import demos, ids
 from bot import messages as m
 from bot.blocks import (
     APPROVE,
+    APPROVE_ALL,
     CANCEL,
+    EDIT,
+    EDIT_MODAL,
     HOME_PAGE,
     REJECT,
+    REJECT_ALL,
+    REJECT_INSTRUCTIONS_BLOCK,
+    REJECT_INSTRUCTIONS_INPUT,
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
     REJECT_REASON_INPUT,
@@ -107,6 +114,12 @@ def register(app: App, sb: Bot) -> None:
     app.action(SAVE_DEMO)(on_save_demo)
     app.action(re.compile(f"^{HOME_PAGE}_(previous|next)$"))(on_home_page)
     app.view(REJECT_MODAL)(on_reject_submitted)
+    from bot import batch, edit  # they use this module's helpers: imported once they exist
+
+    app.action(EDIT)(boundary(edit.on_edit))
+    app.action(APPROVE_ALL)(boundary(batch.on_decide_all))
+    app.action(REJECT_ALL)(boundary(batch.on_decide_all))
+    app.view(EDIT_MODAL)(boundary(edit.on_edit_submitted))
     app.command(COMMAND)(on_command)
     app.event("app_uninstalled")(on_installation_gone)
     app.event("tokens_revoked")(on_installation_gone)
@@ -433,7 +446,13 @@ def on_home_opened(event: dict[str, Any], body: dict[str, Any], client: WebClien
 
 def publish_home(sb: Bot, client: WebClient, user_id: str, team: str, page: int = 0) -> None:
     roles = sb.identity.roles(user_id, team)
-    view = build_home(sb.rt, user_id, roles, decides=sb.identity.may_decide, page=page)
+    view = build_home(
+        sb.rt,
+        user_id,
+        roles,
+        decides=lambda request, user, held: may_decide(sb, request, user, held),
+        page=page,
+    )
     client.views_publish(user_id=user_id, view=view)
 
 
@@ -560,8 +579,21 @@ def on_approve(
     after_decision(sb, client, clicked, decide(sb, approval_id, clicked, approve=True))
 
 
+def may_decide(sb: Bot, request: ApprovalRequest, user: str, roles: frozenset[str]) -> bool:
+    return sb.identity.may_decide(
+        request.tool, request.requester, user, roles, escalated=request.escalated
+    )
+
+
 def decide(
-    sb: Bot, approval_id: str, clicked: Clicked, *, approve: bool, reason: str = ""
+    sb: Bot,
+    approval_id: str,
+    clicked: Clicked,
+    *,
+    approve: bool,
+    reason: str = "",
+    edited_args: dict[str, Any] | None = None,
+    instructions: str = "",
 ) -> service.DecisionOutcome:
     """service.decide, after the check only Slack knows of: an external person (Slack
     Connect) decides only with an approver role they hold by name."""
@@ -570,7 +602,7 @@ def decide(
     if (
         request is not None
         and not request.decided
-        and not sb.identity.may_decide(request.tool, request.requester, clicked.user, roles)
+        and not may_decide(sb, request, clicked.user, roles)
     ):
         sb.rt.events.append(
             request.run_id, "decision_refused", approval_id=approval_id, by=clicked.user
@@ -584,6 +616,8 @@ def decide(
         decider_roles=roles,
         approve=approve,
         reason=reason,
+        edited_args=edited_args,
+        instructions=instructions,
     )
 
 
@@ -617,7 +651,7 @@ def on_reject(
         tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return
     roles = clicked.roles(sb)
-    if not sb.identity.may_decide(request.tool, request.requester, clicked.user, roles):
+    if not may_decide(sb, request, clicked.user, roles):
         approvers = escape(sb.rt.policy.approvers_text(request.tool))
         tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
         return
@@ -647,7 +681,13 @@ def on_reject_submitted(
         in_home=meta.get("home") == "1",
     )
     reason = typed[:REASON_MAX] if isinstance(typed, str) else ""
-    outcome = decide(sb, approval_id, clicked, approve=False, reason=reason)
+    told = dig(
+        view, "state", "values", REJECT_INSTRUCTIONS_BLOCK, REJECT_INSTRUCTIONS_INPUT, "value"
+    )
+    instructions = told[:INSTRUCTIONS_MAX] if isinstance(told, str) else ""
+    outcome = decide(
+        sb, approval_id, clicked, approve=False, reason=reason, instructions=instructions
+    )
     after_decision(sb, client, clicked, outcome)
 
 
@@ -688,6 +728,9 @@ def after_decision(
         tell(client, clicked, m.APPROVAL_NOT_FOUND)
     elif result == service.DecisionResult.NOT_ALLOWED:
         tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=escape(outcome.approvers)))
+    elif result == service.DecisionResult.INVALID_EDIT:
+        why = outcome.refused.message if outcome.refused else ""
+        tell(client, clicked, m.EDIT_INVALID.format(why=escape(why)))
     elif result == service.DecisionResult.ALREADY_DECIDED:
         tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         sb.surface.show_outcome(request, also=clicked.card)
@@ -735,7 +778,7 @@ def on_show_args(
     roles = clicked.roles(sb)
     if not (
         clicked.user == request.requester
-        or sb.identity.may_decide(request.tool, request.requester, clicked.user, roles)
+        or may_decide(sb, request, clicked.user, roles)
         or sb.rt.policy.is_admin(roles)
     ):
         tell(client, clicked, m.ARGS_NOT_YOURS)

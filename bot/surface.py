@@ -23,6 +23,8 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from approvals import ApprovalRequest
 from bot import messages as m
+from bot import reminders
+from bot.batch import ITEMS_PER_CARD, batch_card
 from bot.blocks import (
     Message,
     answer_messages,
@@ -32,6 +34,7 @@ from bot.blocks import (
     status_final,
 )
 from bot.blocks import status_working as status_working_message
+from bot.identity import UserGroups
 from bot.installations import Installations
 from bot.mrkdwn import channel as channel_link
 from bot.throttle import Throttle
@@ -86,6 +89,7 @@ class SlackSurface:
         self.throttle = Throttle(update_interval)
         self.status_refresh = status_refresh
         self._refreshers: dict[str, threading.Timer] = {}
+        self._groups: UserGroups | None = None  # for reminders: made when first needed
         self._refresh_lock = threading.Lock()
 
     def close(self) -> None:
@@ -190,19 +194,60 @@ class SlackSurface:
             note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
             self._post_card(request, elsewhere, None, self.card(request, tool.description, note))
 
+    @never_raises
+    def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
+        """One turn's writes on one card (bot.batch), ITEMS_PER_CARD at most per card."""
+        if self.gone(run):
+            return
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        elsewhere = self.rt.policy.approvals_channel
+        for start in range(0, len(requests), ITEMS_PER_CARD):
+            group = [request for request, _ in requests[start : start + ITEMS_PER_CARD]]
+            batch_id = self.rt.approvals.create_batch(group)
+            if channel:
+                self._post_card(group, channel, thread_ts, self.batch(batch_id, group), batch_id)
+            if elsewhere and elsewhere != channel:
+                note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
+                card = self.batch(batch_id, group, note)
+                self._post_card(group, elsewhere, None, card, batch_id)
+
+    def batch(
+        self, batch_id: str, requests: list[ApprovalRequest], elsewhere: str | None = None
+    ) -> Message:
+        return batch_card(
+            batch_id,
+            requests,
+            approvers=self.approvers(requests[0]),
+            high_risk={r.tool for r in requests if is_high_risk(self.rt.policy, r.tool)},
+            descriptions={
+                r.tool: tool.description
+                for r in requests
+                if (tool := self.rt.registry.get(r.tool)) is not None
+            },
+            elsewhere=elsewhere,
+        )
+
     def _post_card(
-        self, request: ApprovalRequest, channel: str, thread_ts: str | None, card: Message
+        self,
+        request: ApprovalRequest | list[ApprovalRequest],
+        channel: str,
+        thread_ts: str | None,
+        card: Message,
+        batch_id: str = "",
     ) -> None:
+        requests = request if isinstance(request, list) else [request]
         try:
             response = self.client.chat_postMessage(
                 channel=channel, thread_ts=thread_ts, text=card.text, blocks=card.blocks
             )
         except SLACK_ERRORS:  # one place failing must not stop the card in the other
-            log.exception("approval_card_failed", approval_id=request.id, channel=channel)
+            log.exception("approval_card_failed", approval_id=requests[0].id, channel=channel)
             return
-        self.rt.approvals.add_card(
-            request.id, {"channel": str(response["channel"]), "ts": str(response["ts"])}
-        )
+        where = {"channel": str(response["channel"]), "ts": str(response["ts"])}
+        if batch_id:
+            where["batch"] = batch_id
+        for each in requests:
+            self.rt.approvals.add_card(each.id, where)
 
     def card(
         self,
@@ -217,11 +262,20 @@ class SlackSurface:
         return approval_card(
             request,
             description=description,
-            approvers=self.rt.policy.approvers_text(request.tool),
+            approvers=self.approvers(request),
             high_risk=is_high_risk(self.rt.policy, request.tool),
             elsewhere=elsewhere,
             outcome=outcome,
         )
+
+    def approvers(self, request: ApprovalRequest) -> str:
+        """Who may decide, in words; an escalated request names its escalation roles too."""
+        text = self.rt.policy.approvers_text(request.tool)
+        if request.escalated:
+            with contextlib.suppress(KeyError):
+                roles = self.rt.policy.rule(request.tool).escalate_to
+                text += m.CARD_ESCALATED.format(roles=", ".join("@" + r for r in roles))
+        return text
 
     @never_raises
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
@@ -238,23 +292,40 @@ class SlackSurface:
         run_reason: EndReason | None = None,
         also: dict[str, str] | None = None,
     ) -> None:
-        """Update every card of `request` in place: the outcome instead of the buttons.
+        """Update every card of `request` in place: the outcome instead of the buttons (a
+        pending request's cards are drawn again as they stand, e.g. once escalated).
         `also` is the card that was clicked, in case it was not recorded yet."""
-        outcome = outcome_text(request, run_reason)
+        outcome = outcome_text(request, run_reason) if request.decided else None
         cards = list(request.cards)
-        if also and also.get("channel") and also.get("ts") and also not in cards:
+        known = {(c.get("channel"), c.get("ts")) for c in cards}
+        if also and also.get("channel") and (also["channel"], also.get("ts")) not in known:
             cards.append(also)
         for card in cards:
             note = None
             if card["channel"] != request.channel_id and request.channel_id:
                 note = m.CARD_FROM_THREAD.format(channel=channel_link(request.channel_id))
-            message = self.card(request, elsewhere=note, outcome=outcome)
+            batch = self.rt.approvals.batch(card["batch"]) if card.get("batch") else []
+            if batch:  # the batch card again, every item as it stands now
+                message = self.batch(card["batch"], batch, note)
+            else:
+                message = self.card(request, elsewhere=note, outcome=outcome)
             try:
                 self.client.chat_update(
                     channel=card["channel"], ts=card["ts"], text=message.text, blocks=message.blocks
                 )
             except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
+
+    @never_raises
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+        """DM the people who may decide, with a link to the card (bot.reminders)."""
+        if self.gone(run):
+            return
+        if self._groups is None:
+            self._groups = UserGroups(self.client)
+        reminders.remind(self.client, self.rt.policy, self._groups, request, escalated=escalated)
+        if escalated:  # the cards say who may decide now
+            self.show_outcome(request)
 
     # -- the end --------------------------------------------------------------------------------
 

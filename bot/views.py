@@ -7,10 +7,14 @@ import time
 from typing import Any
 
 from approvals import ApprovalRequest
+from approvals.store import INSTRUCTIONS_MAX
 from bot import messages as m
 from bot.blocks import (
+    EDIT,
     HOME_PAGE,
     REJECT,
+    REJECT_INSTRUCTIONS_BLOCK,
+    REJECT_INSTRUCTIONS_INPUT,
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
     REJECT_REASON_INPUT,
@@ -87,6 +91,22 @@ def reject_modal(request: ApprovalRequest, metadata: str) -> dict[str, Any]:
                     "multiline": True,
                     "max_length": REASON_MAX,
                     "placeholder": {"type": "plain_text", "text": m.REJECT_REASON_PLACEHOLDER},
+                },
+            },
+            {
+                "type": "input",
+                "block_id": REJECT_INSTRUCTIONS_BLOCK,
+                "optional": True,
+                "label": {"type": "plain_text", "text": m.REJECT_INSTRUCTIONS_LABEL},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": REJECT_INSTRUCTIONS_INPUT,
+                    "multiline": True,
+                    "max_length": INSTRUCTIONS_MAX,
+                    "placeholder": {
+                        "type": "plain_text",
+                        "text": m.REJECT_INSTRUCTIONS_PLACEHOLDER,
+                    },
                 },
             },
         ],
@@ -240,6 +260,15 @@ def event_line(event: Event, start: float) -> str:
         )
     if kind == "approval_decided":
         reason = f": {one_line(str(d['reason']), 300)}" if d.get("reason") else ""
+        if d.get("changes"):
+            changed = "; ".join(
+                f"{c.get('field')}: {c.get('old')} -> {c.get('new')}"
+                for c in d["changes"]
+                if isinstance(c, dict)
+            )
+            reason += m.EVENT_EDITED.format(changes=one_line(changed, 600))
+        if d.get("instructions"):
+            reason += m.EVENT_INSTRUCTIONS.format(text=one_line(str(d["instructions"]), 600))
         return m.EVENT_DECIDED.format(
             offset=offset,
             status=escape(str(d.get("status"))),
@@ -316,6 +345,7 @@ def approval_line(
         section(text),
         actions(
             approve_button(request, high_risk=high_risk),
+            button(m.EDIT, EDIT, request.id),
             button(m.REJECT, REJECT, request.id, style="danger"),
             button(m.SHOW_ALL, SHOW_ARGS, request.id),
             block_id=f"sb_home_{request.id}"[:255],

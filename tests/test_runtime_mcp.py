@@ -173,14 +173,17 @@ def test_mcp_writes_post_approval_cards_in_slack_and_destructive_ones_ask_to_con
         env.event(app_mention("<@UBOT> clean up the notes", user=SLACK_ALICE))
         env.wait_for_runs(1)
         env.work()
-        env.slack.wait_for(lambda: len(_cards(env.slack.calls("chat.postMessage"))) == 2)
-        cards = {
-            env.rt.approvals.get(buttons(c["blocks"])[APPROVE]).tool: c
-            for c in _cards(env.slack.calls("chat.postMessage"))
+        # the two writes of one turn share one card, a decision per item (bot.batch)
+        [card] = env.slack.wait_for(lambda: _cards(env.slack.calls("chat.postMessage")))
+        items = {
+            env.rt.approvals.get(buttons([b])[APPROVE]).tool: b
+            for b in card["blocks"]
+            if b.get("block_id", "").startswith("sb_item_")
         }
-    add, delete = cards["notes_add_note"], cards["notes_delete_note"]
-    assert '"title": "Keep"' in texts(add["blocks"]) and '"note_id": 7' in texts(delete["blocks"])
-    assert "Delete a note for good." in texts(delete["blocks"])  # the server's description
+    shown = texts(card["blocks"])
+    assert '"title": "Keep"' in shown and '"note_id": 7' in shown
+    assert "Delete a note for good." in shown  # the server's description
+    add, delete = ({"blocks": [items[name]]} for name in ("notes_add_note", "notes_delete_note"))
     assert _approve_button(delete).get("confirm") and not _approve_button(add).get("confirm")
     assert starts(notes_dir, "add_note") == [] and starts(notes_dir, "delete_note") == []
 

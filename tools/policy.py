@@ -55,6 +55,9 @@ class ToolRule:
     self_approval: bool = False
     high_risk: bool = False
     constraints: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    remind_after: float | None = None  # seconds a request waits before approvers get a DM
+    escalate_to: tuple[str, ...] = ()  # roles that may decide too, after escalate_after
+    escalate_after: float | None = None
 
     @classmethod
     def from_fields(cls, fields: RuleFields) -> ToolRule:
@@ -64,6 +67,9 @@ class ToolRule:
             self_approval=fields["self_approval"],
             high_risk=fields["high_risk"],
             constraints=MappingProxyType(dict(fields["constraints"])),
+            remind_after=fields.get("remind_after"),
+            escalate_to=tuple(fields.get("escalate_to", ())),
+            escalate_after=fields.get("escalate_after"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -73,6 +79,9 @@ class ToolRule:
             "self_approval": self.self_approval,
             "high_risk": self.high_risk,
             "constraints": {name: list(values) for name, values in self.constraints.items()},
+            **({"remind_after": self.remind_after} if self.remind_after is not None else {}),
+            **({"escalate_to": list(self.escalate_to)} if self.escalate_to else {}),
+            **({"escalate_after": self.escalate_after} if self.escalate_after is not None else {}),
         }
 
 
@@ -84,6 +93,9 @@ class Denial:
     """Why a call is not allowed, worded for the model to read."""
 
     reason: str
+    # The argument a constraint refused, if one did (for forms that name the field);
+    # not part of what a denial says, so not of its equality.
+    argument: str | None = field(default=None, compare=False)
 
 
 class Policy:
@@ -265,19 +277,26 @@ class Policy:
         rule = self.rule(tool_name)
         for name, allowed in rule.constraints.items():
             if not _is_allowed(args.get(name), allowed, name in args):
-                return Denial(f"{name} must be one of {_values(allowed)}")
+                return Denial(f"{name} must be one of {_values(allowed)}", name)
         return None
 
     # -- approving ------------------------------------------------------------
 
     def may_decide(
-        self, tool_name: str, requester_id: str, decider_id: str, decider_roles: Iterable[str]
+        self,
+        tool_name: str,
+        requester_id: str,
+        decider_id: str,
+        decider_roles: Iterable[str],
+        *,
+        escalated: bool = False,
     ) -> bool:
         """May `decider_id` approve or reject `requester_id`'s call of this tool?
 
         Deciding on your own call needs 'requester' among the approvers and
         self_approval; holding an approver role is not enough. Anyone else
-        needs one of the approver roles.
+        needs one of the approver roles, or, once the request is `escalated`,
+        one of the `escalate_to` roles.
         """
         try:
             rule = self.rule(tool_name)
@@ -286,6 +305,8 @@ class Policy:
         if decider_id == requester_id:
             return REQUESTER in rule.approvers and rule.self_approval
         roles = set(rule.approvers) - {REQUESTER}
+        if escalated:
+            roles |= set(rule.escalate_to)
         return not _with_everyone(decider_roles).isdisjoint(roles)
 
     def approvers_text(self, tool_name: str) -> str:

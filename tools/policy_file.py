@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -47,7 +47,14 @@ LIMIT_BOUNDS: dict[str, tuple[type, float]] = {
     "runs_per_minute": (int, 10_000),
     "cost_per_day": (float, 1_000_000.0),
 }
-WRITE_ONLY_KEYS = ("approvers", "self_approval", "high_risk")
+WRITE_ONLY_KEYS = (
+    "approvers",
+    "self_approval",
+    "high_risk",
+    "remind_after",
+    "escalate_to",
+    "escalate_after",
+)
 TOOL_KEYS = {"read": ("allow", "constraints"), "write": ("allow", *WRITE_ONLY_KEYS, "constraints")}
 DEFAULT_KEYS = {"read": ("allow",), "write": ("allow", *WRITE_ONLY_KEYS)}
 PATTERN_KEYS = ("allow", *WRITE_ONLY_KEYS)  # the write-only keys apply to the writes it matches
@@ -60,6 +67,8 @@ _ROLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
 _GROUP_HANDLE = re.compile(r"^@[a-z0-9][a-z0-9._-]{0,79}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 Node = yaml.Node
 
@@ -70,6 +79,9 @@ class RuleFields(TypedDict):
     self_approval: bool
     high_risk: bool
     constraints: dict[str, tuple[Any, ...]]
+    remind_after: NotRequired[float | None]
+    escalate_to: NotRequired[tuple[str, ...]]
+    escalate_after: NotRequired[float | None]
 
 
 def default_rules() -> dict[str, RuleFields]:
@@ -420,6 +432,10 @@ class _Reader(NodeReader):
                         )
                 elif key in ("self_approval", "high_risk"):
                     rule[key] = self.boolean(value, f"{where}.{key}")
+                elif key in ("remind_after", "escalate_after"):
+                    rule[key] = self.duration(value, f"{where}.{key}")
+                elif key == "escalate_to":
+                    rule[key] = tuple(self.roles_named(value, f"{where}.escalate_to"))
                 elif key == "constraints" and parameters is not None:
                     rule[key] = self.constraints(value, where, parameters)
         return rule
@@ -433,7 +449,17 @@ class _Reader(NodeReader):
             self_approval=overrides.get("self_approval", base["self_approval"]),
             high_risk=overrides.get("high_risk", base["high_risk"]),
             constraints=overrides.get("constraints", base["constraints"]),
+            remind_after=overrides.get("remind_after", base.get("remind_after")),
+            escalate_to=overrides.get("escalate_to", base.get("escalate_to", ())),
+            escalate_after=overrides.get("escalate_after", base.get("escalate_after")),
         )
+        if bool(rule["escalate_to"]) != (rule["escalate_after"] is not None):
+            raise self.invalid(
+                node,
+                f"{where}: escalate_to and escalate_after go together: name the roles to "
+                "escalate to and how long to wait first, e.g. escalate_to: [managers] and "
+                "escalate_after: 4h",
+            )
         if REQUESTER in rule["approvers"] and not rule["self_approval"]:
             inherited = "" if "approvers" in overrides else " (approvers come from the defaults)"
             raise self.invalid(
@@ -514,6 +540,18 @@ class _Reader(NodeReader):
             else:
                 self.error(item, f"{where}: each entry must be a string")
         return items
+
+    def duration(self, node: Node, where: str) -> float:
+        """Seconds: a number, or a string like "90s", "30m", "4h", "2d"."""
+        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+        match = _DURATION.match(value.strip()) if isinstance(value, str) else None
+        if match is None:
+            raise self.invalid(
+                node, f"{where} must be a duration: seconds, or like 90s, 30m, 4h or 2d"
+            )
+        return float(match.group(1)) * _UNIT[match.group(2)]
 
     def boolean(self, node: Node, where: str) -> bool:
         if not (isinstance(node, yaml.ScalarNode) and node.tag == _BOOL):

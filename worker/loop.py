@@ -15,9 +15,9 @@ from datetime import timedelta
 
 import structlog
 
-from approvals import ApprovalStatus
-from tools import ArgumentError, canonical_json, decode_arguments
-from worker import executor, metrics
+from approvals import ApprovalRequest, ApprovalStatus
+from tools import ArgumentError, Tool, canonical_json, decode_arguments
+from worker import executor, metrics, reminders
 from worker.budgets import exhausted
 from worker.grounding import untraceable
 from worker.model import ModelError, ModelTurn
@@ -322,7 +322,10 @@ def observe_denial(rt: Runtime, run: Run, call: Call, text: str) -> None:
     )
 
 
-def request_approval(rt: Runtime, run: Run, call: Call, position: int) -> None:
+def request_approval(
+    rt: Runtime, run: Run, call: Call, position: int
+) -> tuple[ApprovalRequest, Tool]:
+    """Create the request (and its expiry); the caller shows the turn's requests together."""
     assert call.args is not None
     request = rt.approvals.create(
         approval_id=approval_id_for(run, call, position),
@@ -343,6 +346,7 @@ def request_approval(rt: Runtime, run: Run, call: Call, position: int) -> None:
         request.id,
         job_id=rt.expiry_job_id(request.id),
     )
+    reminders.schedule(rt, request)
     rt.events.append(
         run.id,
         "approval_requested",
@@ -355,7 +359,7 @@ def request_approval(rt: Runtime, run: Run, call: Call, position: int) -> None:
     )
     tool = rt.registry.get(call.name)
     assert tool is not None
-    rt.surface(run).approval_requested(run, request, tool)
+    return request, tool
 
 
 def approval_id_for(run: Run, call: Call, position: int) -> str:
@@ -369,12 +373,14 @@ def approval_id_for(run: Run, call: Call, position: int) -> str:
 
 
 def resolve_turn(rt: Runtime, run: Run) -> Step:
-    """Ask for the turn's writes; collect decided ones; suspend while any is undecided."""
+    """Ask for the turn's writes (together: one card for several); collect decided ones;
+    suspend while any is undecided."""
+    asked: list[tuple[ApprovalRequest, Tool]] = []
     for position, call in enumerate(run.turn):
         if call.state == "done":
             continue
         if call.approval_id is None:
-            request_approval(rt, run, call, position)
+            asked.append(request_approval(rt, run, call, position))
             continue
         request = rt.approvals.get(call.approval_id)
         if request.status == ApprovalStatus.PENDING:
@@ -385,6 +391,8 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
         if request.status == ApprovalStatus.APPROVED:  # the world may have changed
             run.seen.clear()
             run.repeated.clear()
+    if asked:
+        rt.surface(run).approvals_requested(run, asked)
     if any(c.state == "pending" for c in run.turn):
         rt.surface(run).progress(run, "Waiting for approval")
         return Suspend()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
+from approvals.edits import EditRefused, changes, check_edit
 from tools import valid_unicode
 from worker import metrics
 from worker.limits import LimitExceeded
@@ -114,6 +116,7 @@ class DecisionResult(StrEnum):
     NOT_ALLOWED = "not_allowed"
     ALREADY_DECIDED = "already_decided"
     NOT_FOUND = "not_found"
+    INVALID_EDIT = "invalid_edit"
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class DecisionOutcome:
     result: DecisionResult
     request: ApprovalRequest | None = None
     approvers: str = ""  # who may decide, in words (for a refusal)
+    refused: EditRefused | None = None  # why edited arguments may not be approved
 
 
 def decide(
@@ -131,9 +135,13 @@ def decide(
     decider_roles: frozenset[str],
     approve: bool,
     reason: str = "",
+    edited_args: dict[str, Any] | None = None,
+    instructions: str = "",
 ) -> DecisionOutcome:
     """Approve or reject. Checks the decider against the policy; of concurrent decisions
-    exactly one wins, the others learn who decided."""
+    exactly one wins, the others learn who decided. `edited_args` approve with edits (they
+    are checked as the model's arguments were, for the requester); `instructions` go with
+    a rejection, to the model, as the approver's words."""
     try:
         request = rt.approvals.get(approval_id)
     except ApprovalNotFound:
@@ -141,11 +149,25 @@ def decide(
     approvers = rt.policy.approvers_text(request.tool)
     if request.decided:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, request, approvers)
-    if not rt.policy.may_decide(request.tool, request.requester, decider_id, decider_roles):
+    if not may_decide(rt, request, decider_id, decider_roles):
         rt.events.append(request.run_id, "decision_refused", approval_id=approval_id, by=decider_id)
         return DecisionOutcome(DecisionResult.NOT_ALLOWED, request, approvers)
+    edits = []
+    if approve and edited_args is not None:
+        try:
+            edited_args = checked_edit(rt, request, edited_args)
+        except EditRefused as exc:
+            return DecisionOutcome(DecisionResult.INVALID_EDIT, request, approvers, exc)
+        edits = changes(request.args, edited_args)
     status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
-    decision = rt.approvals.decide(approval_id, status, decider_id, reason.strip())
+    decision = rt.approvals.decide(
+        approval_id,
+        status,
+        decider_id,
+        reason.strip(),
+        edited_args=edited_args if edits else None,
+        instructions="" if approve else instructions.strip(),
+    )
     if not decision.won:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
     rt.cancel_expiry(approval_id)
@@ -158,9 +180,30 @@ def decide(
         status=decision.request.status.value,
         by=decider_id,
         reason=decision.request.reason,
+        edited=bool(edits),
+        changes=[c.to_json() for c in edits],
+        instructions=decision.request.instructions,
     )
     rt.enqueue_advance(request.run_id)
     return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
+
+
+def may_decide(
+    rt: Runtime, request: ApprovalRequest, decider_id: str, decider_roles: frozenset[str]
+) -> bool:
+    """The policy's approvers, and once the request is escalated its `escalate_to` roles."""
+    return rt.policy.may_decide(
+        request.tool, request.requester, decider_id, decider_roles, escalated=request.escalated
+    )
+
+
+def checked_edit(rt: Runtime, request: ApprovalRequest, args: dict[str, Any]) -> dict[str, Any]:
+    """Edited arguments checked as the model's were, for the requester; EditRefused if not."""
+    tool = rt.registry.get(request.tool)
+    run = rt.store.find(request.run_id)
+    if tool is None or run is None:
+        raise EditRefused(f"{request.tool} can no longer be run")
+    return check_edit(tool, rt.policy, frozenset(run.requester.roles), args)
 
 
 class CancelResult(StrEnum):
@@ -203,9 +246,7 @@ def pending_for(rt: Runtime, user_id: str, roles: frozenset[str]) -> list[Approv
     them (up to PENDING_SCAN pending in all), so a burst of someone else's requests cannot
     push one out of sight."""
     return [
-        r
-        for r in rt.approvals.pending(limit=PENDING_SCAN)
-        if rt.policy.may_decide(r.tool, r.requester, user_id, roles)
+        r for r in rt.approvals.pending(limit=PENDING_SCAN) if may_decide(rt, r, user_id, roles)
     ]
 
 

@@ -21,7 +21,13 @@ class Surface(Protocol):
 
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None: ...
 
+    def approvals_requested(
+        self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]
+    ) -> None: ...
+
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None: ...
+
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None: ...
 
     def finished(self, run: Run) -> None: ...
 
@@ -35,7 +41,13 @@ class SilentSurface:
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
         return None
 
+    def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
+        return None
+
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
+        return None
+
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
         return None
 
     def finished(self, run: Run) -> None:
@@ -54,8 +66,24 @@ class Guarded:
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
         self._call("approval_requested", run, request, tool)
 
+    def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
+        """The writes one turn asked for, together; a surface that cannot show them as one
+        shows each on its own."""
+        if len(requests) > 1 and hasattr(self.inner, "approvals_requested"):
+            self._call("approvals_requested", run, requests)
+            return
+        for request, tool in requests:
+            self._call("approval_requested", run, request, tool)
+
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         self._call("approval_resolved", run, request)
+
+    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+        if hasattr(self.inner, "approval_reminder"):  # a surface may have no way to remind
+            try:
+                self.inner.approval_reminder(run, request, escalated=escalated)
+            except Exception:  # as _call: the surface is someone else's system
+                log.exception("surface_failed", method="approval_reminder", run_id=run.id)
 
     def finished(self, run: Run) -> None:
         self._call("finished", run)

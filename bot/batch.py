@@ -1,0 +1,143 @@
+"""Several writes from one turn on one card: a decision per item, plus Approve all and
+Reject all. Each item stays its own request, bound to its own arguments, decided and
+recorded on its own (`approval_decided` per item); the batch is only a list of ids
+(`ApprovalStore.create_batch`) and the card that shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from slack_bolt import Ack
+from slack_sdk import WebClient
+
+from approvals import ApprovalRequest
+from bot import ids
+from bot import messages as m
+from bot.blocks import (
+    APPROVE_ALL,
+    EDIT,
+    REJECT,
+    REJECT_ALL,
+    Message,
+    actions,
+    approve_button,
+    button,
+    code_block,
+    confirm_dialog,
+    context,
+    header,
+    outcome_text,
+    section,
+)
+from bot.mrkdwn import cut, date, escape, mention, pretty_json
+from worker import service
+
+log = structlog.get_logger(__name__)
+
+ITEMS_PER_CARD = 10  # 3 blocks each: well under 50 blocks and ~11k characters a message
+ITEM_ARGS = 600
+
+
+def batch_card(
+    batch_id: str,
+    requests: list[ApprovalRequest],
+    *,
+    approvers: str,
+    high_risk: set[str],
+    descriptions: dict[str, str] | None = None,
+    elsewhere: str | None = None,
+) -> Message:
+    """The card: each item with its own buttons (or its outcome), then the batch buttons
+    while anything is still pending."""
+    first = requests[0]
+    blocks: list[dict[str, Any]] = [
+        header(m.BATCH_HEADER.format(count=len(requests))),
+        section(m.BATCH_ASKED.format(user=mention(first.requester), count=len(requests))),
+    ]
+    for n, request in enumerate(requests[:ITEMS_PER_CARD], start=1):
+        args_text, _ = pretty_json(request.args)
+        described = ((descriptions or {}).get(request.tool, "").strip().splitlines() or [""])[0]
+        blocks.append(
+            section(
+                m.BATCH_ITEM.format(
+                    n=n, tool=escape(request.tool), description=cut(escape(described), 300)
+                )
+                + "\n"
+                + code_block(cut(args_text, ITEM_ARGS))
+            )
+        )
+        if request.decided:
+            blocks.append(context(outcome_text(request)))
+        else:
+            blocks.append(
+                actions(
+                    approve_button(request, high_risk=request.tool in high_risk),
+                    button(m.EDIT, EDIT, request.id),
+                    button(m.REJECT, REJECT, request.id, style="danger"),
+                    block_id=f"sb_item_{n}",
+                )
+            )
+    notes = [m.CARD_WHO.format(approvers=escape(approvers), expires=date(first.expires_at))]
+    if elsewhere:
+        notes.append(elsewhere)
+    blocks.append(context(*notes))
+    pending = [r for r in requests if not r.decided]
+    if pending:
+        confirm = None
+        if any(r.tool in high_risk for r in pending):
+            confirm = confirm_dialog(
+                m.CONFIRM_APPROVE_TITLE,
+                m.BATCH_CONFIRM.format(count=len(pending)),
+                m.CONFIRM_APPROVE_YES,
+                m.CONFIRM_APPROVE_NO,
+            )
+        blocks.append(
+            actions(
+                button(m.APPROVE_ALL, APPROVE_ALL, batch_id, style="primary", confirm=confirm),
+                button(m.REJECT_ALL, REJECT_ALL, batch_id, style="danger"),
+                block_id="sb_batch",
+            )
+        )
+    text = m.BATCH_FALLBACK.format(user=mention(first.requester), count=len(requests))
+    return Message(text=text, blocks=blocks)
+
+
+def on_decide_all(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Any
+) -> None:
+    """Approve all / Reject all: every item still pending that the clicker may decide,
+    each decided (and checked) on its own."""
+    from bot import listeners as li
+
+    ack()
+    batch_id = ids.shaped(ids.BATCH, action.get("value"))
+    clicked = li.Clicked.of(body)
+    if batch_id is None or clicked is None:
+        log.warning("batch_click_rejected")
+        return
+    requests = sb.rt.approvals.batch(batch_id)
+    if not requests:
+        li.tell(client, clicked, m.APPROVAL_NOT_FOUND)
+        return
+    approve = action.get("action_id") == APPROVE_ALL
+    roles = clicked.roles(sb)
+    decided, refused = [], []
+    for request in requests:
+        if request.decided:
+            continue
+        if not li.may_decide(sb, request, clicked.user, roles):
+            refused.append(request)
+            continue
+        outcome = li.decide(sb, request.id, clicked, approve=approve)
+        if outcome.result == service.DecisionResult.DECIDED and outcome.request is not None:
+            decided.append(outcome.request)
+    log.info("batch_decided", batch=batch_id, user=clicked.user, decided=len(decided))
+    if refused:
+        approvers = escape(sb.rt.policy.approvers_text(refused[0].tool))
+        li.tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
+    elif not decided:
+        li.tell(client, clicked, m.BATCH_NOTHING_LEFT)
+    if decided:
+        sb.surface.show_outcome(decided[-1], also=clicked.card)
