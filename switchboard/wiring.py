@@ -14,8 +14,9 @@ from worker.budgets import PriceTable
 from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check
 from worker.limits import Limits
 from worker.model import ModelClient
+from worker.profiles import load_instructions
 from worker.run import Budgets
-from worker.runtime import Runtime, Settings
+from worker.runtime import DemoSelector, Runtime, Settings
 from worker.surface import Surface
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ def runtime_settings(config: Config) -> Settings:
         model_timeout=config.model_timeout,
         model_retries=config.model_retries,
         demos_as_text=config.demos_as == "text",
+        instructions=load_instructions(Path(config.instructions)) if config.instructions else "",
         concurrency=config.worker_concurrency,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,
@@ -132,6 +134,7 @@ def build_runtime(
         surfaces=dict(surfaces or {}),
     )
     runtime.demos = build_selector(config, runtime, model)
+    runtime.profile_demos = build_profile_selectors(config, runtime, model)
     if config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 
@@ -164,11 +167,34 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
             "the task library does not match the tools (run `switchboard demos check`):\n  "
             + "\n  ".join(problems)
         )
-    embed = None
-    if config.demo_selector == "embeddings":
-        if model is None:
-            raise DemoError("SWITCHBOARD_DEMO_SELECTOR=embeddings needs a configured model server")
-        embed = CachedEmbeddings(
-            model.client, config.embedding_model, rt.redis, rt.settings.namespace
-        )
-    return Selector(library, config.demos_k, embed=embed)
+    return Selector(library, config.demos_k, embed=embedder(config, rt, model))
+
+
+def build_profile_selectors(
+    config: Config, rt: Runtime, model: ModelClient | None
+) -> dict[str, DemoSelector]:
+    """The task library of each profile that names one (`demos:` in the policy file), each
+    checked against the registered tools like the default one."""
+    if config.demos_k == 0:
+        return {}
+    selectors: dict[str, DemoSelector] = {}
+    for name, profile in rt.policy.profiles.items():
+        if profile.demos is None:
+            continue
+        library = TaskLibrary(rt.redis, profile.demos, rt.settings.namespace)
+        problems = check(library.file_demos, rt.registry)
+        if problems:
+            raise DemoError(
+                f"{profile.demos} (profiles.{name}.demos, {rt.policy.source} line "
+                f"{profile.line}) does not match the tools:\n  " + "\n  ".join(problems)
+            )
+        selectors[name] = Selector(library, config.demos_k, embed=embedder(config, rt, model))
+    return selectors
+
+
+def embedder(config: Config, rt: Runtime, model: ModelClient | None) -> CachedEmbeddings | None:
+    if config.demo_selector != "embeddings":
+        return None
+    if model is None:
+        raise DemoError("SWITCHBOARD_DEMO_SELECTOR=embeddings needs a configured model server")
+    return CachedEmbeddings(model.client, config.embedding_model, rt.redis, rt.settings.namespace)

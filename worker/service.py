@@ -9,7 +9,7 @@ import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from tools import valid_unicode
-from worker import metrics
+from worker import metrics, profiles
 from worker.limits import LimitExceeded
 from worker.run import Requester, Run, RunStatus, new_run_id
 from worker.runtime import Runtime
@@ -33,8 +33,10 @@ def submit(
     *,
     origin: dict[str, str] | None = None,
     parent: Run | None = None,
+    profile: str | None = None,
 ) -> Run:
-    """Create a run and queue it. `parent` continues that run's conversation (a thread reply)."""
+    """Create a run and queue it. `parent` continues that run's conversation (a thread reply).
+    The run gets the profile of the requester's channel, or the one named by `profile`."""
     text = valid_unicode(question).strip()
     if not text:
         raise QuestionRejected("The question is empty.")
@@ -48,6 +50,11 @@ def submit(
         log.info("question_limited", user=requester.user_id, why=str(exc))
         raise QuestionRejected(str(exc)) from exc
     history = conversation(rt, parent, requester.user_id) if parent is not None else []
+    agent = (
+        profiles.named(rt.policy, profile)
+        if profile is not None
+        else rt.policy.profile_for(requester.channel_id)
+    )
     run = Run(
         id=new_run_id(),
         question=text,
@@ -58,6 +65,7 @@ def submit(
         origin=dict(origin or {}),
         parent_id=parent.id if parent else None,
     )
+    profiles.start(rt, run, agent)
     rt.store.create(run, wake=False)
     rt.events.append(
         run.id,
@@ -67,6 +75,7 @@ def submit(
         roles=requester.roles,
         question=text,
         parent=run.parent_id,
+        profile=run.profile.name if run.profile else None,
     )
     if rt.limits.admit(requester.user_id, run.id):
         rt.store.wake(run.id)
