@@ -11,7 +11,7 @@ from switchboard.redisconn import connect
 from switchboard.settings import Config
 from tools import OperatorError, Policy, load_modules, registry
 from worker.budgets import PriceTable
-from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check
+from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import ModelClient
 from worker.profiles import load_instructions
@@ -177,19 +177,35 @@ def build_profile_selectors(
     checked against the registered tools like the default one."""
     if config.demos_k == 0:
         return {}
-    selectors: dict[str, DemoSelector] = {}
-    for name, profile in rt.policy.profiles.items():
+    problems = profile_demo_problems(rt.policy)
+    if problems:
+        raise DemoError("\n".join(problems))
+    return {
+        name: Selector(
+            TaskLibrary(rt.redis, profile.demos, rt.settings.namespace),
+            config.demos_k,
+            embed=embedder(config, rt, model),
+        )
+        for name, profile in rt.policy.profiles.items()
+        if profile.demos is not None
+    }
+
+
+def profile_demo_problems(policy: Policy) -> list[str]:
+    """Every problem with the profiles' task libraries, one line each, naming the policy
+    file's line: a file that does not read, a demonstration that does not match the tools."""
+    problems: list[str] = []
+    for name, profile in policy.profiles.items():
         if profile.demos is None:
             continue
-        library = TaskLibrary(rt.redis, profile.demos, rt.settings.namespace)
-        problems = check(library.file_demos, rt.registry)
-        if problems:
-            raise DemoError(
-                f"{profile.demos} (profiles.{name}.demos, {rt.policy.source} line "
-                f"{profile.line}) does not match the tools:\n  " + "\n  ".join(problems)
-            )
-        selectors[name] = Selector(library, config.demos_k, embed=embedder(config, rt, model))
-    return selectors
+        where = f"{policy.source} line {profile.demos_line}: profiles.{name}.demos"
+        try:
+            demos = load_file(profile.demos)
+        except DemoError as exc:
+            problems.append(f"{where}: {' '.join(str(exc).split())}")  # YAML's are multi-line
+            continue
+        problems += [f"{where}: {problem}" for problem in check(demos, policy.registry)]
+    return problems
 
 
 def embedder(config: Config, rt: Runtime, model: ModelClient | None) -> CachedEmbeddings | None:

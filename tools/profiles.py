@@ -53,6 +53,7 @@ class Profile:
     tools: tuple[str, ...] | None = None  # tool names and shell-style patterns
     model: str | None = None
     demos: Path | None = None
+    demos_line: int = 0  # where `demos:` is, for problems found in that file
 
     def offers(self, tool_name: str) -> bool:
         """Does this profile keep the tool (if the user may call it at all)?"""
@@ -143,6 +144,7 @@ def _profile(
                 fields["model"] = _model(reader, value, where)
             elif field == "demos":
                 fields["demos"] = _file(reader, value, f"{where}.demos", folder)
+                fields["demos_line"] = value.start_mark.line + 1
     if "instructions" in entries and "instructions_file" in entries:
         reader.error(
             entries["instructions_file"][0],
