@@ -178,3 +178,16 @@ def test_runs_show_names_the_profile():
     assert "Model: gpt-it   Profile: it-help   Demonstrations: none" in trajectory(run, [])
     run.profile = None
     assert "Profile: none" in trajectory(run, [])
+
+
+def test_the_readme_profiles_example_is_a_valid_policy(cli_env, monkeypatch, tmp_path, capsys):
+    from tests.test_readme import blocks, section
+
+    [example] = blocks(section("### Instructions and profiles"), "yaml")
+    (tmp_path / "policy.yaml").write_text(POLICY.split("profiles:")[0] + example)
+    (tmp_path / "it-demos.yaml").write_text("demonstrations: []\n")
+    (tmp_path / "dm-instructions.md").write_text("Answer in one sentence.\n")
+    monkeypatch.setenv("SWITCHBOARD_POLICY", "policy.yaml")
+    assert main(["tools", "check"]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "warning: policy.yaml line 9: profiles.it-help.tools: the pattern 'git_*'" in out
