@@ -106,9 +106,8 @@ def read_profiles(reader: _Reader, node: Node) -> dict[str, Profile]:
             )
             continue
         with suppress(Invalid):
-            profile = _profile(reader, name, key, value, folder)
-            for channel, item in profile[1]:
-                line = item.start_mark.line + 1
+            profile, channels = _profile(reader, name, key, value, folder)
+            for channel, item in channels:
                 if channel in claimed:
                     reader.error(
                         item,
@@ -116,8 +115,8 @@ def read_profiles(reader: _Reader, node: Node) -> dict[str, Profile]:
                         f"{claimed[channel]}; a channel belongs to one profile",
                     )
                 else:
-                    claimed[channel] = line
-            profiles[name] = profile[0]
+                    claimed[channel] = item.start_mark.line + 1
+            profiles[name] = profile
     return profiles
 
 
@@ -153,8 +152,8 @@ def _profile(
     if not channels and name != DM:
         reader.warn(
             key.start_mark.line + 1,
-            f"{where}: names no channels, so no conversation uses it (DMs use the profile "
-            f"named '{DM}'); add channels: [C0123ABCD]",
+            f"{where}: names no channels, so only `--profile {name}` uses it (DMs use the "
+            f"profile named '{DM}'); add channels: [C0123ABCD]",
         )
     return Profile(name=name, line=key.start_mark.line + 1, **fields), channels
 
