@@ -28,6 +28,16 @@ profiles:
 """
 
 
+BUILT_IN = {
+    "calculate",
+    "knowledge_lookup",
+    "search_tickets",
+    "create_ticket",
+    "update_ticket",
+    "close_ticket",
+}
+
+
 def request_for(server: FakeOpenAI, question: str) -> dict[str, Any]:
     [request] = [r for r in server.chat_requests if conversation_key(r) == question]
     return request
@@ -66,7 +76,7 @@ def test_a_mention_in_a_profiles_channel_uses_its_agent_and_elsewhere_the_defaul
         assert IT_TEXT in it_request["messages"][0]["content"]
         general_request = request_for(model_server, "when is lunch?")
         assert general_request["model"] == "gpt-fake"
-        assert len(offered(general_request)) == 6
+        assert offered(general_request) >= BUILT_IN  # (and any tool other tests registered)
         assert IT_TEXT not in general_request["messages"][0]["content"]
         dm_request = request_for(model_server, "what are the course fees?")
         assert offered(dm_request) == {"knowledge_lookup"}

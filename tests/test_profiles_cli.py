@@ -56,7 +56,7 @@ def test_tools_lists_the_profiles_and_tools_profile_only_the_tools_it_keeps(poli
     assert main(["tools"]) == 0
     out = capsys.readouterr().out
     assert "profiles: it-help (C0ITHELP); dm (no channels)" in out
-    assert len(tool_names(out)) == 6
+    assert {"calculate", "knowledge_lookup", "close_ticket"} <= set(tool_names(out))
 
     assert main(["tools", "--profile", "it-help"]) == 0
     out = capsys.readouterr().out

@@ -230,3 +230,17 @@ def test_any_profile_loads_or_fails_with_policy_errors_naming_lines(
 def test_narrowing_keeps_order_and_only_allowed_tools(entries: list[str], allowed: list[str]):
     narrowed = Profile(name="p", tools=tuple(entries)).narrow(allowed)
     assert narrowed == [name for name in allowed if name in narrowed]
+
+
+@settings(max_examples=200, deadline=None)
+@given(operator=st.text(max_size=200), user=st.from_regex(r"U[A-Z0-9]{1,10}", fullmatch=True))
+def test_the_built_in_rules_always_come_first_and_operator_text_is_kept_as_written(
+    operator: str, user: str
+) -> None:
+    from worker.prompt import INSTRUCTIONS, build_messages
+    from worker.run import Requester, Run
+
+    run = Run(id="r1", question="q", requester=Requester(user_id=user), instructions=operator)
+    [system] = build_messages(run)
+    assert system["content"].startswith(INSTRUCTIONS.format(user_id=user))
+    assert operator in system["content"]  # braces and all: never used as a template
