@@ -197,3 +197,39 @@ def test_a_run_keeps_the_profile_it_started_with_when_the_policy_changes_mid_run
     assert second["model"] == "gpt-it"
     assert IT_TEXT in system_text(second)
     assert "someone else" not in system_text(second)
+
+
+IT_DEMOS = """\
+demonstrations:
+  - id: it-find-ticket
+    task: Find an existing ticket about a problem before opening a new one
+    question: Is there already a ticket about the printer on floor 3?
+    steps:
+      - - tool: search_tickets
+          args: {query: printer}
+          result: '[{"id": 7, "title": "Printer floor 3 jams", "status": "open"}]'
+    answer: Yes, ticket #7 (open).
+"""
+
+
+def test_a_profile_shows_demonstrations_from_its_own_task_library(
+    redis_conn, model_server, tickets_db, tmp_path
+):
+    from switchboard.settings import Config
+    from switchboard.wiring import build_profile_selectors
+
+    (tmp_path / "it-demos.yaml").write_text(IT_DEMOS)
+    policy = POLICY + "    demos: it-demos.yaml\n"
+    there, elsewhere = "Is there a ticket about the printer?", "Any ticket about the printer?"
+    model_server.route(there, ["Yes, #7."])
+    model_server.route(elsewhere, ["No idea."])
+    rt = make_runtime(redis_conn, model_server.url, policy_file=policy_file(tmp_path, policy))
+    rt.profile_demos = build_profile_selectors(Config(_env_file=None), rt, None)
+    it_run = service.submit(rt, there, in_channel("UALICE", "C0ITHELP"))
+    other_run = service.submit(rt, elsewhere, in_channel("UALICE", "C0GENERAL"))
+    work(rt)
+
+    assert rt.store.load(it_run.id).demos == ["it-find-ticket"]
+    shown = [m.get("content") for m in requests_for(model_server, there)[0]["messages"]]
+    assert "Is there already a ticket about the printer on floor 3?" in shown
+    assert rt.store.load(other_run.id).demos == []  # no default library in this runtime
