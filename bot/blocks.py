@@ -233,6 +233,8 @@ def footer(run: Run) -> list[dict[str, Any]]:
         cost=m.FOOTER_COST.format(cost=u.cost),
         time=spent,
     )
+    if run.profile is not None:
+        line = m.FOOTER_PROFILE.format(name=escape(run.profile.name)) + " · " + line
     return [context(line), actions(button(m.VIEW_RUN, VIEW_RUN, run.id), block_id="sb_footer")]
 
 

@@ -96,6 +96,7 @@ FAILED_HEAD = (
     ":x: Something went wrong on our side and this run failed. An admin can look at run `{run_id}`."
 )
 FOOTER = "{steps} · {tools} · {tokens} · {cost} · {time}"
+FOOTER_PROFILE = "profile: {name}"  # leads the footer of a run with a profile
 FOOTER_STEPS = "{n} step"
 FOOTER_STEPS_PLURAL = "{n} steps"
 FOOTER_NO_TOOLS = "no tools"
@@ -249,6 +250,8 @@ RUN_HEAD = "*Run* `{run_id}` · *{status}*{reason}\nAsked by {user} in {channel}
 RUN_QUESTION = "*Question:* {question}"
 RUN_DEMOS = "*Demonstrations shown to the model:* {demos}"
 RUN_NO_DEMOS = "*Demonstrations shown to the model:* none"
+RUN_PROFILE = "*Profile:* {name} · *model:* {model}"
+RUN_NO_PROFILE = "*Profile:* none (the defaults) · *model:* {model}"
 RUN_TOTALS = (
     "*Totals:* {steps} steps · {tool_calls} tool calls · {tokens:,} tokens "
     "({prompt:,} in / {completion:,} out) · ${cost:.6f} · {working} working · {elapsed} in all"

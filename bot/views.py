@@ -139,6 +139,13 @@ def args_modal(request: ApprovalRequest) -> dict[str, Any]:
 # -- a run's trajectory --------------------------------------------------------------------------
 
 
+def profile_line(run: Run) -> str:
+    model = escape(run.model or "-")
+    if run.profile is None:
+        return m.RUN_NO_PROFILE.format(model=model)
+    return m.RUN_PROFILE.format(name=escape(run.profile.name), model=model)
+
+
 def run_modal(
     run: Run,
     events: list[Event],
@@ -165,6 +172,7 @@ def run_modal(
         section(
             m.RUN_DEMOS.format(demos=escape(", ".join(run.demos))) if run.demos else m.RUN_NO_DEMOS
         ),
+        context(profile_line(run)),
         divider(),
     ]
     shown = [line for e in events if (line := event_line(e, run.created_at))]

@@ -21,10 +21,16 @@ from typing import Any
 from switchboard import logs
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from switchboard.wiring import build_selector, load_policy, load_tools, runtime_settings
+from switchboard.wiring import (
+    build_profile_selectors,
+    build_selector,
+    load_policy,
+    load_tools,
+    runtime_settings,
+)
 from tools import Policy, registry
 from tools.builtin.tickets import TicketStore
-from worker import evaluation, runtime
+from worker import evaluation, profiles, runtime
 from worker.budgets import PriceTable
 from worker.limits import Limits
 from worker.model import Model, ModelClient
@@ -60,6 +66,12 @@ def add_command(verbs: Any) -> None:
         help="the cases' scripted turns (offline, default) or the configured model",
     )
     p.add_argument("--no-demos", action="store_true", help="only run without demonstrations")
+    p.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="run every case under this profile of the policy file (its instructions, tools, "
+        "model and task library), as if asked in its channel",
+    )
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the full report here")
 
 
@@ -72,6 +84,8 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         policy = Policy.parse(suite.policy, registry, source=str(args.cases))
     else:
         policy = load_policy(config)
+    if args.profile:
+        profiles.named(policy, args.profile)  # an unknown name stops here, naming the profiles
     model = _model(config, suite, args.model)
     connection = connect(config.redis_url)
     folder = Path(tempfile.mkdtemp(prefix="switchboard-eval-"))
@@ -102,9 +116,13 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
             )
             embedder = model if isinstance(model, ModelClient) else None
             rt.demos = build_selector(config, rt, embedder) if with_demos else None
+            if with_demos:
+                rt.profile_demos = build_profile_selectors(config, rt, embedder)
             store = TicketStore(db)
             results[name] = [
-                evaluation.run_case(rt, case, _work, partial(_executions, store))
+                evaluation.run_case(
+                    rt, case, _work, partial(_executions, store), profile=args.profile
+                )
                 for case in suite.cases
             ]
             rt.queue.delete(delete_jobs=True)
@@ -117,6 +135,8 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    if args.profile:
+        print(f"profile: {args.profile}")
     print(evaluation.table(results))
     if args.json:
         args.json.write_text(json.dumps(evaluation.report(results), indent=2))

@@ -39,6 +39,8 @@ class Config(BaseSettings):
     tools: str = Field("", alias="SWITCHBOARD_TOOLS")
     mcp: str = Field("", alias="SWITCHBOARD_MCP")  # MCP servers file (YAML)
     demos: str = Field("", alias="SWITCHBOARD_DEMOS")
+    # A text file added to the built-in instructions (who the assistant works for, how)
+    instructions: str = Field("", alias="SWITCHBOARD_INSTRUCTIONS")
     prices: str = Field("", alias="SWITCHBOARD_PRICES")  # JSON: {"model": [in, out] per 1M}
 
     demos_k: int = Field(2, alias="SWITCHBOARD_DEMOS_K", ge=0, le=10)

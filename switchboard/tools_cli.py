@@ -1,5 +1,5 @@
-"""`switchboard tools [check] [--json]`: every registered tool, where it comes from and what
-the policy grants it.
+"""`switchboard tools [check] [--profile NAME] [--json]`: every registered tool, where it comes
+from and what the policy grants it.
 
 `tools` lists each tool with its effect, where it comes from (a module, or an MCP server),
 the policy entry that applies to it, who may call it and who approves it; a tool the policy
@@ -7,6 +7,8 @@ file does not grant is shown as disabled. `tools check` loads every tool source 
 the modules, connects to the MCP servers and lists their tools) and validates the policy
 file against the tools: it exits 1 with one line per problem (the same ones that stop
 start-up) and prints warnings (a pattern that matches no tool) without failing.
+`--profile NAME` lists only the tools that profile keeps (each still only for the people
+its rule allows).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from switchboard import logs
 from switchboard.settings import Config
-from switchboard.wiring import check_tools, load_policy, load_tools
+from switchboard.wiring import check_tools, load_policy, load_tools, profile_demo_problems
 from tools import OperatorError, Policy, PolicyError, registry
+from tools.profiles import Profile
+from worker.profiles import named
 
 if TYPE_CHECKING:
     from tools.mcp import McpServers
@@ -52,12 +56,22 @@ CHECK_NOT_CHECKED = "the policy file was not checked: fix the tool sources first
 CHECK_FAIL = "FAIL {problem}"
 CHECK_WARNING = "warning: {warning}"
 CHECK_NOTE = "note: {summary}"
+PROFILE_HELP = "only the tools this profile (policy file `profiles:`) keeps"
+PROFILES_LINE = "profiles: {profiles}"
+PROFILE_ENTRY = "{name} ({channels})"
+PROFILE_HEAD = (
+    "profile: {name} ({source} line {line}); channels: {channels}; model: {model}; tools: {tools}"
+)
+PROFILE_ALL_TOOLS = "every tool the user may call"
+PROFILE_DEFAULT_MODEL = "the configured one"
+NO_CHANNELS = "no channels"
 
 
 def add_command(verbs: Any) -> None:
     p = verbs.add_parser("tools", help=HELP, description=__doc__)
     p.set_defaults(handler=cmd_tools)
     p.add_argument("action", nargs="?", choices=["check"], help=CHECK_HELP)
+    p.add_argument("--profile", metavar="NAME", help=PROFILE_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -75,11 +89,19 @@ def cmd_list(config: Config, args: argparse.Namespace) -> int:
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
     policy = load_policy(config)  # a PolicyError is printed by main(), naming the lines
-    rows = [tool_entry(policy, name) for name in registry.names()]
+    profile = named(policy, args.profile) if args.profile else None  # unknown: exit 2
+    names = profile.narrow(registry.names()) if profile else registry.names()
+    rows = [tool_entry(policy, name) for name in names]
     if args.json:
-        print(json.dumps(listing_json(policy, rows, servers), indent=2))
+        listing = listing_json(policy, rows, servers)
+        listing["profile"] = profile_json(profile) if profile else None
+        print(json.dumps(listing, indent=2))
         return 0
     print("policy: " + (NO_FILE if policy.is_default else f"{policy.source} ({policy.version})"))
+    if profile is not None:
+        print(profile_head(policy, profile))
+    elif policy.profiles:
+        print(profiles_line(policy))
     if servers is not None:
         print(mcp_line(config, servers))
     if not rows:
@@ -104,6 +126,8 @@ def cmd_check(config: Config, args: argparse.Namespace) -> int:
             policy = load_policy(config)
         except PolicyError as exc:
             errors = str(exc).splitlines()
+        else:
+            errors = profile_demo_problems(policy)
     if args.json:
         print(json.dumps(check_json(policy, errors, config.policy or None, servers), indent=2))
         return 1 if errors else 0
@@ -120,6 +144,8 @@ def cmd_check(config: Config, args: argparse.Namespace) -> int:
     summary = policy.disabled_summary()
     if summary:
         print(CHECK_NOTE.format(summary=summary))
+    if errors:
+        return 1
     if policy.is_default:
         print(CHECK_OK_DEFAULT)
     else:
@@ -127,6 +153,32 @@ def cmd_check(config: Config, args: argparse.Namespace) -> int:
         granted = total - len(policy.disabled_tools())
         print(CHECK_OK.format(source=policy.source, granted=granted, total=total))
     return 0
+
+
+# -- profiles ---------------------------------------------------------------------
+
+
+def profiles_line(policy: Policy) -> str:
+    entries = (
+        PROFILE_ENTRY.format(name=p.name, channels=", ".join(p.channels) or NO_CHANNELS)
+        for p in policy.profiles.values()
+    )
+    return PROFILES_LINE.format(profiles="; ".join(entries))
+
+
+def profile_head(policy: Policy, profile: Profile) -> str:
+    return PROFILE_HEAD.format(
+        name=profile.name,
+        source=policy.source,
+        line=profile.line,
+        channels=", ".join(profile.channels) or NO_CHANNELS,
+        model=profile.model or PROFILE_DEFAULT_MODEL,
+        tools=PROFILE_ALL_TOOLS if profile.tools is None else ", ".join(profile.tools),
+    )
+
+
+def profile_json(profile: Profile) -> dict[str, Any]:
+    return {"name": profile.name, "line": profile.line, **profile.to_json()}
 
 
 # -- one tool ---------------------------------------------------------------------

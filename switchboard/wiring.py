@@ -12,11 +12,12 @@ from switchboard.redisconn import connect
 from switchboard.settings import Config
 from tools import OperatorError, Policy, load_modules, registry
 from worker.budgets import PriceTable
-from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check
+from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import ModelClient
+from worker.profiles import load_instructions
 from worker.run import Budgets
-from worker.runtime import Runtime, Settings
+from worker.runtime import DemoSelector, Runtime, Settings
 from worker.surface import Surface
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def runtime_settings(config: Config) -> Settings:
         model_timeout=config.model_timeout,
         model_retries=config.model_retries,
         demos_as_text=config.demos_as == "text",
+        instructions=load_instructions(Path(config.instructions)) if config.instructions else "",
         concurrency=config.worker_concurrency,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,
@@ -136,6 +138,7 @@ def build_runtime(
         surfaces=dict(surfaces or {}),
     )
     runtime.demos = build_selector(config, runtime, model)
+    runtime.profile_demos = build_profile_selectors(config, runtime, model)
     if config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 
@@ -170,11 +173,50 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
             "the task library does not match the tools (run `switchboard demos check`):\n  "
             + "\n  ".join(problems)
         )
-    embed = None
-    if config.demo_selector == "embeddings":
-        if model is None:
-            raise DemoError("SWITCHBOARD_DEMO_SELECTOR=embeddings needs a configured model server")
-        embed = CachedEmbeddings(
-            model.client, config.embedding_model, rt.redis, rt.settings.namespace
+    return Selector(library, config.demos_k, embed=embedder(config, rt, model))
+
+
+def build_profile_selectors(
+    config: Config, rt: Runtime, model: ModelClient | None
+) -> dict[str, DemoSelector]:
+    """The task library of each profile that names one (`demos:` in the policy file), each
+    checked against the registered tools like the default one."""
+    if config.demos_k == 0:
+        return {}
+    problems = profile_demo_problems(rt.policy)
+    if problems:
+        raise DemoError("\n".join(problems))
+    return {
+        name: Selector(
+            TaskLibrary(rt.redis, profile.demos, rt.settings.namespace),
+            config.demos_k,
+            embed=embedder(config, rt, model),
         )
-    return Selector(library, config.demos_k, embed=embed)
+        for name, profile in rt.policy.profiles.items()
+        if profile.demos is not None
+    }
+
+
+def profile_demo_problems(policy: Policy) -> list[str]:
+    """Every problem with the profiles' task libraries, one line each, naming the policy
+    file's line: a file that does not read, a demonstration that does not match the tools."""
+    problems: list[str] = []
+    for name, profile in policy.profiles.items():
+        if profile.demos is None:
+            continue
+        where = f"{policy.source} line {profile.demos_line}: profiles.{name}.demos"
+        try:
+            demos = load_file(profile.demos)
+        except DemoError as exc:
+            problems.append(f"{where}: {' '.join(str(exc).split())}")  # YAML's are multi-line
+            continue
+        problems += [f"{where}: {problem}" for problem in check(demos, policy.registry)]
+    return problems
+
+
+def embedder(config: Config, rt: Runtime, model: ModelClient | None) -> CachedEmbeddings | None:
+    if config.demo_selector != "embeddings":
+        return None
+    if model is None:
+        raise DemoError("SWITCHBOARD_DEMO_SELECTOR=embeddings needs a configured model server")
+    return CachedEmbeddings(model.client, config.embedding_model, rt.redis, rt.settings.namespace)

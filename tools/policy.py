@@ -37,6 +37,7 @@ from tools.policy_file import (
     most_specific,
     read_policy,
 )
+from tools.profiles import DM, Profile
 from tools.registry import ToolRegistry
 
 __all__ = ["EVERYONE", "EXTERNAL", "REQUESTER", "Denial", "Policy", "PolicyError", "ToolRule"]
@@ -127,6 +128,8 @@ class Policy:
         self.limits: Mapping[str, float] = MappingProxyType(dict(content.limits))
         self.high_risk_entries = frozenset(content.high_risk_entries)
         self.warnings: tuple[str, ...] = tuple(content.warnings)
+        self.profiles: Mapping[str, Profile] = MappingProxyType(dict(content.profiles))
+        self._channel_profiles = {c: p for p in self.profiles.values() for c in p.channels}
         self.version = hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()[:12]
 
     # -- constructors ---------------------------------------------------------
@@ -190,6 +193,16 @@ class Policy:
     def is_admin(self, roles: Iterable[str]) -> bool:
         """May someone with these roles inspect every run?"""
         return not _with_everyone(roles).isdisjoint(self.admins)
+
+    # -- profiles -------------------------------------------------------------
+
+    def profile_for(self, channel_id: str) -> Profile | None:
+        """The profile of a conversation: the one naming the channel; for a DM (a `D…`
+        channel nobody names) the profile called `dm`; else None (the defaults)."""
+        named = self._channel_profiles.get(channel_id)
+        if named is None and channel_id.startswith("D"):
+            return self.profiles.get(DM)
+        return named
 
     # -- calling --------------------------------------------------------------
 
@@ -327,7 +340,7 @@ class Policy:
 
     def to_json(self) -> dict[str, Any]:
         """The effective policy content; `version` is a hash of this."""
-        return {
+        content: dict[str, Any] = {
             "roles": {role: sorted(members) for role, members in sorted(self.roles.items())},
             "admins": sorted(self.admins),
             "approvals_channel": self.approvals_channel,
@@ -338,6 +351,9 @@ class Policy:
                 for pattern, rules in sorted(self.patterns)
             ],
         }
+        if self.profiles:  # only then: a file without profiles keeps the version it had
+            content["profiles"] = {name: p.to_json() for name, p in sorted(self.profiles.items())}
+        return content
 
     def __repr__(self) -> str:
         return f"Policy(source={self.source!r}, version={self.version!r})"

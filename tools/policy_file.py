@@ -28,6 +28,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from tools.exceptions import PolicyError
+from tools.profiles import Profile, read_profiles
 from tools.registry import ToolRegistry
 from tools.yaml_nodes import BOOL as _BOOL
 from tools.yaml_nodes import STR as _STR
@@ -40,7 +41,15 @@ EVERYONE = "everyone"
 EXTERNAL = "external"  # people from another organisation (Slack Connect): never `everyone`
 REQUESTER = "requester"
 
-TOP_LEVEL_KEYS = ("roles", "admins", "approvals_channel", "limits", "tools", "defaults")
+TOP_LEVEL_KEYS = (
+    "roles",
+    "admins",
+    "approvals_channel",
+    "limits",
+    "tools",
+    "defaults",
+    "profiles",
+)
 # Per person; 0 is no limit. Values above these are surely typos.
 LIMIT_BOUNDS: dict[str, tuple[type, float]] = {
     "runs_in_flight": (int, 1000),
@@ -194,6 +203,7 @@ class PolicyContent:
     # Entries ("tools.X") that set high_risk themselves: they overrule a tool's own
     # high-risk declaration (an MCP server's destructiveHint); defaults do not.
     high_risk_entries: set[str] = field(default_factory=set)
+    profiles: dict[str, Profile] = field(default_factory=dict)  # see tools/profiles.py
 
 
 def read_policy(text: str, source: str, registry: ToolRegistry) -> PolicyContent:
@@ -245,6 +255,9 @@ class _Reader(NodeReader):
         if "tools" in sections:
             with suppress(_Invalid):
                 content.tools, content.patterns = self.tools(sections["tools"][1], content.defaults)
+        if "profiles" in sections:
+            with suppress(_Invalid):
+                content.profiles = read_profiles(self, sections["profiles"][1])
         content.lines = self.lines
         content.high_risk_entries = self.high_risk_entries
         return content

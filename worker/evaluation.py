@@ -173,13 +173,16 @@ def run_case(
     case: Case,
     work: Callable[[Runtime], None],
     executions: Callable[[], dict[str, int]],
+    *,
+    profile: str | None = None,
 ) -> CaseResult:
-    """One case through the pipeline; `work` drains the queue with a real worker."""
+    """One case through the pipeline; `work` drains the queue with a real worker. `profile`
+    names the policy file's profile the case runs under (else the defaults)."""
     before = executions()
     roles = sorted(rt.policy.roles_for(case.user))
     requester = Requester(user_id=case.user, team_id="TEVAL", channel_id="CEVAL", roles=roles)
     started = time.monotonic()
-    run = service.submit(rt, case.question, requester, origin={"surface": "eval"})
+    run = service.submit(rt, case.question, requester, origin={"surface": "eval"}, profile=profile)
     decisions = list(case.approvals)
     for _ in range(MAX_ROUNDS):
         work(rt)

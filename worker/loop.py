@@ -17,7 +17,7 @@ import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus
 from tools import ArgumentError, Tool, canonical_json, decode_arguments
-from worker import executor, metrics, reminders
+from worker import executor, metrics, profiles, reminders
 from worker.budgets import exhausted
 from worker.grounding import untraceable
 from worker.model import ModelError, ModelTurn
@@ -124,8 +124,8 @@ def check_roles(rt: Runtime, run: Run) -> Finish | None:
 
 
 def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
-    model = rt.require_model()
-    allowed = set(rt.policy.allowed_tools(frozenset(run.requester.roles)))
+    model = rt.require_model(profiles.model_name(run))
+    allowed = set(profiles.offered_tools(rt, run))
     demos = select_demos(rt, run, allowed)
     specs = [tool.openai_spec() for tool in rt.registry if tool.name in allowed]
     remaining = run.budgets.deadline_seconds - clock.total()
@@ -178,14 +178,15 @@ def check_grounding(rt: Runtime, run: Run) -> None:
 
 def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration]:
     """Chosen once, at the run's first model call; later steps show the same ones."""
-    if rt.demos is None:
+    selector = profiles.demos_for(rt, run)
+    if selector is None:
         return []
     if run.usage.steps == 0 and not run.demos:
-        demos = rt.demos.select(run.question, allowed)
+        demos = selector.select(run.question, allowed)
         run.demos = [d.id for d in demos]
         rt.events.append(run.id, "demos_selected", demos=run.demos)
         return demos
-    return rt.demos.lookup(run.demos)
+    return selector.lookup(run.demos)
 
 
 def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
@@ -256,13 +257,14 @@ def check_call(rt: Runtime, run: Run, call: Call, position: int) -> Finish | Non
     (the state may have changed), so what was seen is forgotten."""
     tool = rt.registry.get(call.name)
     roles = frozenset(run.requester.roles)
-    if tool is None or call.name not in rt.policy.allowed_tools(roles):
+    offered = profiles.offered_tools(rt, run)
+    if tool is None or call.name not in offered:
         if tool is None:
             text = f"Error: there is no tool named {call.name[:64]!r}."
         else:
-            denial = rt.policy.authorize_caller(call.name, roles)
+            denial = profiles.authorize_caller(rt, run, call.name)
             text = f"Error: {denial.reason}" if denial else f"Error: you may not call {call.name}."
-        allowed = ", ".join(rt.policy.allowed_tools(roles)) or "none"
+        allowed = ", ".join(offered) or "none"
         observe_denial(rt, run, call, f"{text} Tools you may call: {allowed}.")
         return None
     try:

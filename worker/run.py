@@ -57,6 +57,15 @@ class Requester(BaseModel):
     roles: list[str] = Field(default_factory=list)
 
 
+class RunProfile(BaseModel):
+    """The profile a run started with (tools/profiles.py), kept for its whole life: a policy
+    reload while it waits for an approval does not change the agent it is talking to."""
+
+    name: str
+    tools: list[str] | None = None  # names and patterns; None: every tool the user may call
+    model: str | None = None  # None: the configured model (SWITCHBOARD_MODEL)
+
+
 class Budgets(BaseModel):
     max_steps: int = 8
     deadline_seconds: float = 300.0  # working time; time spent waiting for people is not counted
@@ -121,6 +130,8 @@ class Run(BaseModel):
         default_factory=dict
     )  # where it came from (surface, channel, ts)
     parent_id: str | None = None  # the run this one continues (a thread reply)
+    profile: RunProfile | None = None  # None: the defaults (no profile for the channel)
+    instructions: str = ""  # the operator's, then the profile's; after the built-in rules
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Run:

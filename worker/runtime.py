@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,7 @@ class Settings:
     demos_as_text: bool = False  # demonstrations as text in the instructions, not as messages
     concurrency: int = 1  # runs one worker process carries at once (RQ worker loops in threads)
     limits: Limits = field(default_factory=Limits)  # per person; none unless configured
+    instructions: str = ""  # the operator's (SWITCHBOARD_INSTRUCTIONS), after the built-in ones
 
     @property
     def job_timeout(self) -> int:
@@ -69,11 +71,14 @@ class Runtime:
     prices: PriceTable = field(default_factory=PriceTable)
     surfaces: dict[str, Surface] = field(default_factory=dict)
     demos: DemoSelector | None = None
+    profile_demos: dict[str, DemoSelector] = field(default_factory=dict)  # a profile's own
     # The requester's current roles, asked before every step (worker/roles.py); None: the
     # roles recorded at the start stand (no Slack: the policy names every member).
     roles: RolesResolver | None = None
 
     def __post_init__(self) -> None:
+        self._models: dict[str, Model] = {}
+        self._models_lock = threading.Lock()
         ns = self.settings.namespace
         self.store = RunStore(self.redis, ns, self.settings.retention)
         self.leases = LeaseKeeper(self.store, self.settings.lease_seconds)
@@ -129,10 +134,19 @@ class Runtime:
         if job is not None:
             job.delete()
 
-    def require_model(self) -> Model:
+    def require_model(self, name: str = "") -> Model:
+        """The configured model; with `name` (a profile's model), the same client and server
+        asking for that model instead."""
         if self.model is None:
             raise ModelNotConfigured(NO_MODEL)
-        return self.model
+        if not name or name == self.model.model:
+            return self.model
+        with self._models_lock:
+            if name not in self._models:
+                named = copy.copy(self.model)  # shares the HTTP client and its connections
+                named.model = name
+                self._models[name] = named
+            return self._models[name]
 
 
 _SILENT = SilentSurface()

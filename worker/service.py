@@ -11,7 +11,7 @@ import structlog
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
 from tools import valid_unicode
-from worker import metrics
+from worker import metrics, profiles
 from worker.limits import LimitExceeded
 from worker.run import Requester, Run, RunStatus, new_run_id
 from worker.runtime import Runtime
@@ -35,8 +35,10 @@ def submit(
     *,
     origin: dict[str, str] | None = None,
     parent: Run | None = None,
+    profile: str | None = None,
 ) -> Run:
-    """Create a run and queue it. `parent` continues that run's conversation (a thread reply)."""
+    """Create a run and queue it. `parent` continues that run's conversation (a thread reply).
+    The run gets the profile of the requester's channel, or the one named by `profile`."""
     text = valid_unicode(question).strip()
     if not text:
         raise QuestionRejected("The question is empty.")
@@ -50,6 +52,11 @@ def submit(
         log.info("question_limited", user=requester.user_id, why=str(exc))
         raise QuestionRejected(str(exc)) from exc
     history = conversation(rt, parent, requester.user_id) if parent is not None else []
+    agent = (
+        profiles.named(rt.policy, profile)
+        if profile is not None
+        else rt.policy.profile_for(requester.channel_id)
+    )
     run = Run(
         id=new_run_id(),
         question=text,
@@ -60,6 +67,7 @@ def submit(
         origin=dict(origin or {}),
         parent_id=parent.id if parent else None,
     )
+    profiles.start(rt, run, agent)
     rt.store.create(run, wake=False)
     rt.events.append(
         run.id,
@@ -69,6 +77,7 @@ def submit(
         roles=requester.roles,
         question=text,
         parent=run.parent_id,
+        profile=run.profile.name if run.profile else None,
     )
     if rt.limits.admit(requester.user_id, run.id):
         rt.store.wake(run.id)
