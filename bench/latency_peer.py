@@ -79,6 +79,7 @@ async def langgraph_peer(
     model_url: str, task: dict[str, Any], folder: Path, stack: contextlib.AsyncExitStack
 ) -> Ask:
     from langchain_core.messages import ToolMessage
+    from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -98,7 +99,7 @@ async def langgraph_peer(
     threads = itertools.count()
 
     async def ask() -> tuple[str, int]:
-        config = {"configurable": {"thread_id": f"thread-{next(threads)}"}}
+        config: RunnableConfig = {"configurable": {"thread_id": f"thread-{next(threads)}"}}
         state = await graph.ainvoke({"messages": [("user", task["question"])]}, config)
         messages = state["messages"]
         return str(messages[-1].content), sum(isinstance(m, ToolMessage) for m in messages)

@@ -61,7 +61,9 @@ defaults:
   write: {allow: [everyone]}
 """
 
-USERGROUPS = [{"id": "S0SUPPORT", "handle": "support-team", "users": [SUPPORT, SUPPORT2]}]
+USERGROUPS: list[dict[str, Any]] = [
+    {"id": "S0SUPPORT", "handle": "support-team", "users": [SUPPORT, SUPPORT2]}
+]
 
 
 @dataclass

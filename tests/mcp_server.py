@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import uvicorn
@@ -102,7 +102,7 @@ def add_note(
 ) -> str:
     """Add a note. Idempotent per idempotency key: a repeated request returns the first note."""
     key = _key(ctx)
-    meta = {"tags": tags, "priority": priority, "due": str(due) if due else None}
+    meta: dict[str, Any] = {"tags": tags, "priority": priority, "due": str(due) if due else None}
     meta["owner"] = owner.model_dump() if owner else None
     with _db() as db:
         db.execute("INSERT INTO starts VALUES ('add_note', ?, ?)", (title, key))

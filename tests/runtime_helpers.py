@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
 
@@ -15,7 +15,7 @@ from worker import runtime as runtime_module
 from worker import service
 from worker.model import ModelClient
 from worker.process import make_worker
-from worker.run import Budgets, Requester, Run
+from worker.run import Budgets, Requester, Run, RunStatus
 from worker.runtime import Runtime, Settings
 from worker.surface import Surface
 
@@ -89,8 +89,11 @@ def work(rt: Runtime) -> None:
     make_worker(rt).work(burst=True, logging_level="WARNING")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 15.0, what: str = "") -> T:
-    """Poll observable state until `predicate` is truthy."""
+def wait_until(
+    predicate: Callable[[], T | Literal[False] | None], timeout: float = 15.0, what: str = ""
+) -> T:
+    """Poll observable state until `predicate` is truthy; returns what it returned then
+    (so `lambda: cond and value` yields `value`)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -99,6 +102,27 @@ def wait_until(predicate: Callable[[], T], timeout: float = 15.0, what: str = ""
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(0.01)
+
+
+def wait_for_run(
+    rt: Runtime,
+    run_id: str,
+    status: RunStatus | None = None,
+    timeout: float = 15.0,
+    what: str = "",
+) -> Run:
+    """Wait until the run has `status` (None: any terminal one); returns it as loaded then."""
+
+    def reached() -> Run | None:
+        run = rt.store.load(run_id)
+        done = run.status.terminal if status is None else run.status == status
+        return run if done else None
+
+    return wait_until(reached, timeout, what or f"run {run_id} to reach {status or 'its end'}")
+
+
+def wait_for_path(path: Path, timeout: float = 15.0, what: str = "") -> None:
+    wait_until(path.exists, timeout, what or f"{path} to exist")
 
 
 def tool_messages(request: dict[str, Any]) -> list[str]:

@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,7 +211,7 @@ class Outcome:
     runs: int
     calls: list[str]
     body: str
-    logs: list[dict[str, Any]]
+    logs: list[MutableMapping[str, Any]]  # as structlog's capture_logs gives them
 
 
 def deliver(replay: Replay, case: dict[str, Any], url: str, settle: Any) -> Outcome:

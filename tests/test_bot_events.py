@@ -104,7 +104,7 @@ def interactive(kind: str, **fields: Any) -> str:
     return form_payload(payload)
 
 
-UNCLAIMED = {
+UNCLAIMED: dict[str, str | dict[str, Any]] = {
     "an event we do not subscribe to": event_callback(
         {"type": "member_joined_channel", "user": ALICE, "channel": CHANNEL}
     ),

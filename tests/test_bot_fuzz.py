@@ -14,7 +14,7 @@ import logging
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -102,7 +102,7 @@ def served(
 @dataclass
 class Delivery:
     status: int
-    logs: list[dict[str, Any]]
+    logs: list[MutableMapping[str, Any]]  # as structlog's capture_logs gives them
     keys: list[bytes]
 
 

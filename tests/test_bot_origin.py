@@ -11,6 +11,7 @@ the run recorded the host workspace as their team.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import redis
 from structlog.testing import capture_logs
@@ -62,7 +63,7 @@ defaults:
 """
 
 
-def outsider_mention(text: str, ts: str | None = None) -> dict[str, object]:
+def outsider_mention(text: str, ts: str | None = None) -> dict[str, Any]:
     event = app_mention(f"<@UBOT> {text}", user=OUTSIDER, ts=ts)
     event["user_team"] = THEIR_TEAM  # what Slack sends for a Slack Connect user
     event["team"] = THEIR_TEAM

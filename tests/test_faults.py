@@ -3,6 +3,7 @@ decisions. No run may be lost and no approved write may run twice."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,15 @@ from tests import fault_tools
 from tests.fakes.openai_server import Fault, Script, Turn
 from tests.processes import WorkerProcess, worker_env
 from tests.redis_server import RedisServer
-from tests.runtime_helpers import ALICE, approve_first, make_runtime, wait_until, work
+from tests.runtime_helpers import (
+    ALICE,
+    approve_first,
+    make_runtime,
+    wait_for_path,
+    wait_for_run,
+    wait_until,
+    work,
+)
 from tools import registry, tool_of
 from tools.builtin.tickets import TicketStore
 from worker import service
@@ -26,7 +35,8 @@ pytestmark = pytest.mark.slow
 
 LEASE = 0.6
 RECOVERY_BOUND = LEASE + 8.0  # "within the lease expiry plus a few seconds"
-ROUNDS = 20
+# The whole matrix in CI (20 rounds); a few rounds locally. SWITCHBOARD_KILL_ROUNDS overrides.
+ROUNDS = int(os.environ.get("SWITCHBOARD_KILL_ROUNDS") or (20 if os.environ.get("CI") else 3))
 
 
 class Cluster:
@@ -92,12 +102,10 @@ def cluster(redis_url, model_server, tmp_path, faults) -> Iterator[Cluster]:
 
 
 def _ends(rt: Runtime, run_id: str, killed_at: float):
-    run = wait_until(
-        lambda: (r := rt.store.load(run_id)).status.terminal and r,
-        timeout=RECOVERY_BOUND + 5,
-        what=f"run {run_id} to end after the kill",
+    run = wait_for_run(
+        rt, run_id, timeout=RECOVERY_BOUND + 5, what=f"run {run_id} to end after the kill"
     )
-    assert run.ended_at - killed_at < RECOVERY_BOUND, run.ended_at - killed_at
+    assert run.ended_at is not None and run.ended_at - killed_at < RECOVERY_BOUND, run.ended_at
     return run
 
 
@@ -132,7 +140,7 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
             question, [Turn(tool_calls=[("slow_read", {"topic": f"t{n}"})]), "read ok"]
         )
         run = service.submit(rt, question, ALICE)
-        wait_until(lambda n=n: (faults / f"read-t{n}").exists(), what="the read to start")
+        wait_for_path(faults / f"read-t{n}", what="the read to start")
         cluster.kill_holder(redis_conn, rt, run.id)
         killed = time.time()
         _released(faults)
@@ -148,9 +156,9 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
             question, [Turn(tool_calls=[("slow_write", {"name": name})]), "write ok"]
         )
         run = service.submit(rt, question, ALICE)
-        wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
+        wait_for_run(rt, run.id, RunStatus.AWAITING_APPROVAL)
         approve_first(rt, run.id)
-        wait_until(lambda w=name: (faults / f"write-{w}").exists(), what="the write to start")
+        wait_for_path(faults / f"write-{name}", what="the write to start")
         cluster.kill_holder(redis_conn, rt, run.id)
         killed = time.time()
         _released(faults)
@@ -165,7 +173,7 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
         name = f"a{n}"
         model_server.route(question, [Turn(tool_calls=[("slow_write", {"name": name})]), "done"])
         run = service.submit(rt, question, ALICE)
-        wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
+        wait_for_run(rt, run.id, RunStatus.AWAITING_APPROVAL)
         _hold(faults)
         approve_first(rt, run.id)
         cluster.kill_holder(redis_conn, rt, run.id)  # as soon as a worker has taken the run
@@ -276,7 +284,7 @@ def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_r
             )
             writes.append(service.submit(rt, question, ALICE))
         for run in writes:
-            wait_until(lambda r=run: rt.store.load(r.id).status == RunStatus.AWAITING_APPROVAL)
+            wait_for_run(rt, run.id, RunStatus.AWAITING_APPROVAL)
             approve_first(rt, run.id)
         models = []
         for n in range(4):
@@ -284,7 +292,7 @@ def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_r
             model_server.route(question, Script([f"answer {n}"], faults={0: [Fault.slow(30)]}))
             models.append(service.submit(rt, question, ALICE))
         for n in range(4):
-            wait_until(lambda n=n: (faults / f"write-o{n}").exists(), what="the writes to start")
+            wait_for_path(faults / f"write-o{n}", what="the writes to start")
             model_server.wait_for(
                 lambda n=n: any(f"octet model [{n}]" in str(r) for r in model_server.chat_requests)
             )

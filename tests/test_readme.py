@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from switchboard.cli import build_parser
 from tests.processes import ROOT
@@ -73,7 +74,7 @@ def test_the_policy_defaults_example_is_a_valid_policy(tmp_path):
 def test_every_command_in_the_command_line_section_exists():
     [listing] = blocks(section("## Command line"), "")
     parser = build_parser()
-    verbs = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    verbs: dict[str, Any] = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr,assignment]
     seen = 0
     for line in listing.splitlines():
         words = line.split()

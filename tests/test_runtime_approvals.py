@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from rq.registry import StartedJobRegistry
 
@@ -13,6 +14,7 @@ from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import EndReason, RunStatus
 from worker.service import DecisionResult
+from worker.surface import Surface
 from worker.sweeper import Sweeper
 
 CREATE = Turn(
@@ -217,12 +219,15 @@ class BrokenSurface:
         BrokenSurface.calls += 1
         raise ConnectionError("slack is down")
 
-    progress = approval_requested = approval_resolved = finished = _fail
+    progress = approval_requested = approvals_requested = approval_resolved = _fail
+    approval_reminder = finished = _fail
 
 
 def test_a_failing_surface_never_ends_a_run(redis_conn, model_server, tickets_db):
     model_server.route("VPN", [CREATE, "Ticket filed."])
-    rt = make_runtime(redis_conn, model_server.url, surfaces={"slack": BrokenSurface()})
+    rt = make_runtime(
+        redis_conn, model_server.url, surfaces={"slack": cast(Surface, BrokenSurface())}
+    )
     run = service.submit(rt, "VPN again, file it", ALICE, origin={"surface": "slack"})
     work(rt)
     run = rt.store.load(run.id)

@@ -55,6 +55,7 @@ def test_a_long_thread_carries_a_bounded_history(redis_conn, model_server):
         run = service.submit(rt, f"long thread {n}", ALICE, parent=parent)
         work(rt)
         parent = rt.store.load(run.id)
+    assert parent is not None
     history = parent.messages[:-2]  # what the last reply carried from before
     assert sum(len(m["content"]) for m in history) <= service.MAX_HISTORY_CHARS
     assert history and history[-1]["content"] == long_answer  # the newest turns are kept

@@ -30,7 +30,7 @@ def test_a_burst_from_one_person_waits_in_their_line_not_ahead_of_others(redis_c
     burst = [service.submit(rt, f"burst {n}", MALLORY) for n in range(5)]
     alice = service.submit(rt, "mine, please", ALICE)
     # two of Mallory's five are queued; Alice's is next in the shared queue, not sixth
-    queued = [rt.queue.fetch_job(j).args[0] for j in rt.queue.job_ids]
+    queued = [job.args[0] for job in rt.queue.get_jobs()]
     assert queued == [burst[0].id, burst[1].id, alice.id]
     assert rt.limits.waiting(MALLORY.user_id) == 3
     assert "waiting_in_line" in [e.kind for e in rt.events.read(burst[4].id)]
@@ -77,7 +77,7 @@ def test_the_policy_files_limits_override_the_settings(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY_LIMITS)
-    config = Config(  # type: ignore[call-arg]
+    config = Config(
         SWITCHBOARD_POLICY=str(policy),
         SWITCHBOARD_USER_RUNS_PER_MINUTE=50,
         SWITCHBOARD_USER_RUNS_IN_FLIGHT=4,

@@ -29,7 +29,14 @@ from tests.mcp_helpers import (
     write_config,
 )
 from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import ALICE, approve_first, tool_messages, wait_until, work
+from tests.runtime_helpers import (
+    ALICE,
+    approve_first,
+    tool_messages,
+    wait_for_run,
+    wait_until,
+    work,
+)
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime
@@ -59,7 +66,7 @@ def build(redis_conn: redis.Redis, model_server: FakeOpenAI) -> Iterator[Build]:
 
     def build_from(mcp_file: Path) -> Runtime:
         files.append(mcp_file)
-        config = Config(  # type: ignore[call-arg]
+        config = Config(
             SWITCHBOARD_MCP=str(mcp_file),
             OPENAI_BASE_URL=model_server.url,
             OPENAI_API_KEY="test",
@@ -242,10 +249,8 @@ def test_kill_minus_nine_during_an_mcp_write_reports_it_unknown_and_never_retrie
         killed = time.time()
         second = WorkerProcess(env, tmp_path / "w2.log")
         (notes_dir / "release").touch()
-        ended = wait_until(
-            lambda: (r := rt.store.load(run.id)).status.terminal and r, 30, "the run to end"
-        )
-        assert ended.ended_at - killed < 15
+        ended = wait_for_run(rt, run.id, timeout=30)
+        assert ended.ended_at is not None and ended.ended_at - killed < 15
         kinds = [e.kind for e in rt.events.read(run.id)]
         assert "write_unknown" in kinds
         assert "its outcome is unknown and it was not retried" in (ended.answer or "")

@@ -16,6 +16,7 @@ from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.demos import Selector, TaskLibrary
 from worker.run import Run, RunStatus
+from worker.surface import SilentSurface
 
 READ_ONLY = "tools:\n  knowledge_lookup:\n    allow: [everyone]\n"
 GRANT_WRITES = "defaults:\n  write:\n    allow: [everyone]\n"
@@ -26,7 +27,7 @@ CREATE = Turn(
 TICKET_QUESTION = "My laptop won't charge any more, can you open an IT ticket?"
 
 
-class RecordingSurface:
+class RecordingSurface(SilentSurface):
     """Records the approval cards the runtime asks a surface to show."""
 
     def __init__(self) -> None:
@@ -34,15 +35,6 @@ class RecordingSurface:
 
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
         self.cards.append(tool.name)
-
-    def progress(self, run: Run, text: str) -> None:
-        return None
-
-    def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
-        return None
-
-    def finished(self, run: Run) -> None:
-        return None
 
 
 def policy_file(tmp_path: Path, text: str) -> Path:

@@ -366,7 +366,7 @@ def test_register_tool_validates_with_jsonschema() -> None:
         description="Cancel a pending order.",
         parameters=ORDER_SCHEMA,
         effect="write",
-        handler=lambda ctx, args: seen.append(args) or "cancelled",
+        handler=lambda ctx, args: seen.append(args) or "cancelled",  # type: ignore[func-returns-value]
         registry=local,
     )
     assert local.get("cancel_order") is declared

@@ -138,7 +138,8 @@ def test_an_operators_tool_named_like_a_builtin_loads_when_builtins_are_not_aske
     local = ToolRegistry()
     load_modules("sb_test_retail", local)
     assert local.names() == ["calculate"]
-    assert local.get("calculate").source == "module sb_test_retail"
+    found = local.get("calculate")
+    assert found is not None and found.source == "module sb_test_retail"
 
 
 @pytest.fixture

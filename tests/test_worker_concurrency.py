@@ -13,7 +13,7 @@ from rq.serializers import JSONSerializer
 
 from tests.fakes.openai_server import Turn
 from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import ALICE, make_runtime, wait_until
+from tests.runtime_helpers import ALICE, make_runtime, wait_for_run, wait_until
 from worker import service
 from worker.process import make_worker
 from worker.run import RunStatus
@@ -46,7 +46,7 @@ def test_sigterm_hands_runs_in_flight_back_and_another_worker_finishes_them(
     second = WorkerProcess(env, tmp_path / "second.log", "--concurrency", "4")
     try:
         for n, run in enumerate(runs):
-            done = wait_until(lambda r=run: (x := rt.store.load(r.id)).status.terminal and x)
+            done = wait_for_run(rt, run.id)
             assert done.status == RunStatus.COMPLETED and done.answer == f"it is 42 [{n}]"
             assert done.usage.steps == 2  # the first step was kept, not made again
     finally:
@@ -76,4 +76,5 @@ def test_a_slot_enforces_the_job_timeout_without_sigalrm(redis_conn, model_serve
     assert not thread.is_alive()
     job.refresh()
     assert job.get_status() == JobStatus.FAILED
-    assert "JobTimeoutException" in (job.latest_result().exc_string or "")
+    result = job.latest_result()
+    assert result is not None and "JobTimeoutException" in (result.exc_string or "")
