@@ -81,6 +81,7 @@ def runtime_settings(config: Config) -> Settings:
         model_timeout=config.model_timeout,
         model_retries=config.model_retries,
         demos_as_text=config.demos_as == "text",
+        stream_answers=config.stream_answers,
         concurrency=config.worker_concurrency,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,
