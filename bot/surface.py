@@ -34,6 +34,7 @@ from bot.blocks import (
 from bot.blocks import status_working as status_working_message
 from bot.installations import Installations
 from bot.mrkdwn import channel as channel_link
+from bot.stream import AnswerStreams, StreamedAnswer, flag_ungrounded
 from bot.throttle import Throttle
 from tools import Tool
 from worker.run import EndReason, Run, RunStatus
@@ -87,6 +88,7 @@ class SlackSurface:
         self.status_refresh = status_refresh
         self._refreshers: dict[str, threading.Timer] = {}
         self._refresh_lock = threading.Lock()
+        self.answers = AnswerStreams(self.client, rt.redis, rt.settings.namespace)
 
     def close(self) -> None:
         """Drop held-back updates and status refreshes (at shutdown)."""
@@ -256,6 +258,15 @@ class SlackSurface:
             except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
 
+    # -- the answer as it is written (bot/stream.py) -----------------------------------------
+
+    def answer_stream(self, run: Run) -> StreamedAnswer | None:
+        """Where the model's answer text goes while it writes it (`worker.streaming`)."""
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if not channel or not thread_ts or self.gone(run):
+            return None
+        return self.answers.open(run, channel, thread_ts)
+
     # -- the end --------------------------------------------------------------------------------
 
     @never_raises
@@ -263,6 +274,7 @@ class SlackSurface:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         self._stop_status(run.id)
         sending = self.throttle.close(run.id)
+        streamed = self.answers.take(run.id)
         if not channel or not thread_ts or self.gone(run):
             return
         cancelled_by = None
@@ -270,7 +282,10 @@ class SlackSurface:
             cancelled_by = self.rt.store.cancel_requested_by(run.id)
         with sending or contextlib.nullcontext():
             self._final_status(run, channel, thread_ts, cancelled_by)
-        for message in answer_messages(run, cancelled_by):
+        messages = flag_ungrounded(answer_messages(run, cancelled_by), run)
+        if self.answers.finish(run, streamed, messages):
+            return
+        for message in messages:
             self.client.chat_postMessage(
                 channel=channel,
                 thread_ts=thread_ts,
