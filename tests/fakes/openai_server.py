@@ -95,8 +95,9 @@ class Turn:
     refusal: str | None = None
     usage: tuple[int, int] | None = None
     delay: float = 0.0
-    # Streamed (`stream: true`) at this many tokens a second: text and arguments in pieces of
-    # about 4 characters, each sent on its own after 1/pace s (None: the server's default).
+    # Written at this many tokens a second (None: the server's default): streamed, text and
+    # arguments come in 4-character pieces, each after 1/pace s; sent whole, the reply comes
+    # after as long as the stream would have taken.
     pace: float | None = None
     # Replaces the built choice as it is (keys "message", "finish_reason", and "usage" for the
     # whole completion when present): a test can send what a non-conforming server sends.
@@ -834,9 +835,14 @@ class _OpenAIHandler(QuietHandler):
         completion = build_completion(
             body, reply, key=key, index=index, completion_id=fake.next_id()
         )
+        pace = reply.pace if reply.pace is not None else fake.pace
+        if pace and not body.get("stream"):  # a model writes as fast sent whole: answer when done
+            tokens = len(stream_events(completion, False, 4)) - 1
+            if not fake.pause(tokens / pace):
+                self.drop()
+                return
         if body.get("stream"):
             options = body.get("stream_options") or {}
-            pace = reply.pace if reply.pace is not None else fake.pace
             if pace:
                 events = stream_events(completion, bool(options.get("include_usage")), 4)
                 self._send_paced(events, 1.0 / pace)
