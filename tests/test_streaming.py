@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
 from worker.model import ModelClient, read_turn
 from worker.streaming import accumulate
 
@@ -191,3 +191,18 @@ def test_a_tool_call_turn_streamed_with_a_preamble_takes_the_preamble_back(
     assert [(c.name, json.loads(c.arguments)) for c in turn.calls] == [
         ("knowledge_lookup", {"name": "SQL Basics"})
     ]
+
+
+def test_a_stream_that_breaks_off_midway_is_asked_for_again_and_the_sink_starts_over(
+    model_server: FakeOpenAI,
+) -> None:
+    text = "Python Basics comes first; Django Fundamentals builds on it."
+    model_server.script = Script([Turn(text, usage=(50, 15))], faults={0: Fault(cut_after=6)})
+    client = ModelClient(model="gpt-fake", api_key="test", base_url=model_server.url)
+    sink = Recorder()
+
+    turn = client.complete([{"role": "user", "content": "q"}], [], 10.0, sink)
+
+    assert len(model_server.chat_requests) == 2
+    assert sink.resets == 1 and sink.shown == text
+    assert (turn.content, turn.prompt_tokens, turn.completion_tokens) == (text, 50, 15)

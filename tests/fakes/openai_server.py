@@ -114,7 +114,8 @@ class Fault:
     After waiting `delay` seconds: `drop` closes the socket without answering; `status`
     answers with an OpenAI-shaped error body (429 carries `retry-after` and
     `retry-after-ms`); with neither, the scripted turn is then served normally (a slow
-    answer, e.g. to trip a client timeout once).
+    answer, e.g. to trip a client timeout once). `cut_after`: a streamed turn is served, but
+    the connection closes after that many events (a stream that breaks off midway).
     """
 
     status: int | None = None
@@ -123,6 +124,7 @@ class Fault:
     drop: bool = False
     delay: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
 
     @classmethod
     def rate_limit(cls, retry_after: float = 0.05) -> Fault:
@@ -816,6 +818,7 @@ class _OpenAIHandler(QuietHandler):
         fault, reply = fake.decide(body)
         if fault is not None and self._serve_fault(fault, body):
             return
+        cut_after = fault.cut_after if fault is not None else None
         if isinstance(reply, str):
             self._error(500, error_body(reply, "fake_script_error"), {"x-should-retry": "false"})
             return
@@ -843,9 +846,9 @@ class _OpenAIHandler(QuietHandler):
                 return
         if body.get("stream"):
             options = body.get("stream_options") or {}
-            if pace:
+            if pace or cut_after is not None:
                 events = stream_events(completion, bool(options.get("include_usage")), 4)
-                self._send_paced(events, 1.0 / pace)
+                self._send_paced(events, 1.0 / pace if pace else 0.0, cut_after)
                 return
             stream = build_stream(completion, bool(options.get("include_usage")))
             self.send_bytes(
@@ -857,8 +860,9 @@ class _OpenAIHandler(QuietHandler):
         else:
             self.send_json(200, completion, {"x-request-id": self._request_id()})
 
-    def _send_paced(self, events: list[bytes], interval: float) -> None:
-        """Each event in its own HTTP chunk, `interval` s apart, as a model writing tokens."""
+    def _send_paced(self, events: list[bytes], interval: float, cut_after: int | None) -> None:
+        """Each event in its own HTTP chunk, `interval` s apart, as a model writing tokens;
+        the connection closes after `cut_after` events, if given."""
         self.responded = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -867,6 +871,9 @@ class _OpenAIHandler(QuietHandler):
         self.end_headers()
         try:
             for n, event in enumerate(events):
+                if n == cut_after:
+                    self.drop()
+                    return
                 if n and not self.fake.pause(interval):
                     self.drop()
                     return
