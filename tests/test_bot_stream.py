@@ -4,15 +4,23 @@ the real slack_sdk against FakeSlack's chat.startStream / appendStream / stopStr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+import redis
 from slack_sdk import WebClient
 
 from bot.blocks import VIEW_RUN
+from bot.stream import AnswerStreams
 from bot.surface import SlackSurface
 from tests.bot_helpers import ALICE, CHANNEL, TOKEN, BotEnv, buttons, texts
 from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_server import app_mention
+from tests.fakes.slack_server import FakeSlack, app_mention
+from tests.processes import WorkerProcess, worker_env
+from tests.runtime_helpers import ALICE as ALICE_REQUESTER
+from tests.runtime_helpers import make_runtime, wait_until
+from worker import service
 from worker.run import Run, RunStatus
 
 ANSWER = (
@@ -201,3 +209,63 @@ def test_a_message_left_streaming_by_a_worker_that_died_is_retired_on_the_rerun(
     assert run.status == RunStatus.COMPLETED
     assert answer_message(env, mention)["text"] == ANSWER
     assert env.rt.redis.get(surface(env).answers.key(run.id)) is None
+
+
+def test_a_reply_cut_off_midstream_replaces_the_streamed_text_with_the_partial_ending(
+    env: BotEnv, model_server: FakeOpenAI
+) -> None:
+    model_server.route("prerequisite", [Turn(ANSWER, finish_reason="length", pace=200)])
+
+    mention, run = ask(env, "What is the prerequisite for Django?")
+
+    assert run.status == RunStatus.PARTIAL and run.answer is None
+    [started] = env.slack.calls("chat.startStream")
+    assert ANSWER.startswith(started["markdown_text"])  # shown while it was written...
+    [stop] = env.slack.calls("chat.stopStream")
+    assert not stop.get("blocks")
+    message = answer_message(env, mention)  # ...then replaced, in place, by the ending
+    assert message["ts"] == stop["ts"] and message["streaming"] is False
+    shown = texts(message["blocks"])
+    assert "stopped before finishing" in shown and "cut off" in shown
+    assert ANSWER[:40] not in shown
+    assert [m for m in in_thread(env, mention) if m.get("streaming")] == []
+
+
+@pytest.mark.slow  # spawns worker processes
+def test_a_worker_killed_mid_stream_leaves_no_message_streaming_and_the_rerun_answers_whole(
+    redis_conn: redis.Redis, redis_url: str, model_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    model_server.route("prerequisite", [Turn(ANSWER, pace=25)])  # about 1.5 s of writing
+    rt = make_runtime(redis_conn, model_server.url)
+    with FakeSlack() as slack:
+        thread_ts = slack.add_message(CHANNEL, "What is the prerequisite for Django?")
+        origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
+        env = worker_env(
+            redis_url, model_server.url, tmp_path, SLACK_BOT_TOKEN=TOKEN, SLACK_API_URL=slack.url
+        )
+        record = AnswerStreams(WebClient(), redis_conn, "sb:")
+        first = WorkerProcess(env, tmp_path / "first.log")
+        try:
+            run = service.submit(
+                rt, "What is the prerequisite for Django?", ALICE_REQUESTER, origin=origin
+            )
+            wait_until(lambda: redis_conn.exists(record.key(run.id)), what="a streamed message")
+            [half] = [m for m in slack.thread(CHANNEL, thread_ts) if m.get("streaming")]
+            first.kill9()  # mid-stream: the run is saved as of before its model call
+        finally:
+            first.stop()
+        second = WorkerProcess(env, tmp_path / "second.log")
+        try:
+            wait_until(lambda: rt.store.load(run.id).status.terminal, what="the rerun to end")
+        finally:
+            second.stop()
+        thread = slack.thread(CHANNEL, thread_ts)
+
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.COMPLETED and run.answer == ANSWER
+    assert ANSWER.startswith(half["text"]) and len(half["text"]) < len(ANSWER)
+    assert half["ts"] not in {m["ts"] for m in thread}  # stopped and deleted by the rerun
+    assert [m for m in thread if m.get("streaming")] == []
+    [answer] = [m for m in thread if VIEW_RUN in buttons(m.get("blocks") or [])]
+    assert answer["text"] == ANSWER
+    assert redis_conn.get(record.key(run.id)) is None
