@@ -51,6 +51,7 @@ MAX_SHOWN = 8000  # characters shown while the model writes; the rest comes at t
 MAX_SENDS = 100  # appends (or updates) per message
 MAX_STOP_TEXT = 11_000  # stopStream's markdown_text takes 12,000 characters
 REFUSED_FOR = 900.0  # s a workspace that refused streaming is posted to instead
+TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable"}  # not refusals
 RECORD_TTL = 2 * 24 * 3600  # s a record of a message being streamed is kept
 
 
@@ -76,18 +77,25 @@ class AnswerStreams:
         return f"{self.ns}slack:answer:{run_id}"
 
     def open(self, run: Run, channel: str, thread_ts: str) -> StreamedAnswer:
-        """A sink for this model call's answer text. A message left by an earlier worker of
-        the run is retired first."""
-        with self._lock:
-            earlier = self._open.pop(run.id, None)
+        """A sink for this model call's answer text. A message an earlier call (or an earlier
+        worker) of the run left being written is retired first."""
+        earlier = self.take(run.id)
         if earlier is not None:
             earlier.reset()
         self.retire_leftover(run.id)
         team = run.origin.get("team", "")
-        answer = StreamedAnswer(self, run, channel, thread_ts, stream=not self.refused(team))
+        return StreamedAnswer(self, run, channel, thread_ts, stream=not self.refused(team))
+
+    def started(self, answer: StreamedAnswer) -> None:
+        """Only answers with a message are kept (until the run ends or the text is taken
+        back), so runs that suspend or move to another worker leave nothing behind here."""
         with self._lock:
-            self._open[run.id] = answer
-        return answer
+            self._open[answer.run_id] = answer
+
+    def dropped(self, answer: StreamedAnswer) -> None:
+        with self._lock:
+            if self._open.get(answer.run_id) is answer:
+                del self._open[answer.run_id]
 
     def take(self, run_id: str) -> StreamedAnswer | None:
         with self._lock:
@@ -154,12 +162,8 @@ class StreamedAnswer:
     def __init__(
         self, streams: AnswerStreams, run: Run, channel: str, thread_ts: str, *, stream: bool
     ) -> None:
-        self.streams, self.run_id, self.channel, self.thread_ts = (
-            streams,
-            run.id,
-            channel,
-            thread_ts,
-        )
+        self.streams, self.run_id = streams, run.id
+        self.channel, self.thread_ts = channel, thread_ts
         self.team, self.user = run.origin.get("team", ""), run.requester.user_id
         self.stream = stream
         self._reset_state()
@@ -190,6 +194,7 @@ class StreamedAnswer:
 
     def reset(self) -> None:
         if self.ts is not None:
+            self.streams.dropped(self)
             self.streams.retire({"channel": self.channel, "ts": self.ts, "mode": self.mode})
             self.streams.forget(self.run_id)
         self._reset_state()
@@ -241,7 +246,7 @@ class StreamedAnswer:
             except SLACK_ERRORS as exc:
                 error = exc.response.get("error") if isinstance(exc, SlackApiError) else None
                 log.info("answer_stream_refused", run_id=self.run_id, error=error)
-                if error is not None:
+                if error is not None and error not in TRANSIENT:
                     self.streams.remember_refusal(self.team)
                 self.stream = False
         if not self.stream:
@@ -261,6 +266,7 @@ class StreamedAnswer:
         self.streams.record(
             self.run_id, {"channel": self.channel, "ts": str(self.ts), "mode": self.mode}
         )
+        self.streams.started(self)
         self._sent(time.monotonic())
 
     def _sent(self, now: float) -> None:
