@@ -37,6 +37,7 @@ def ask(env: BotEnv, text: str) -> tuple[dict[str, Any], Run]:
     before = len(env.runs())
     env.event(mention)
     env.wait_for_runs(before + 1)
+    env.settle()  # the listener has queued the run, not only created it
     env.work()
     run = env.rt.store.load(
         next(r.id for r in env.runs() if r.origin.get("thread_ts") == mention["ts"])
@@ -194,6 +195,7 @@ def test_a_message_left_streaming_by_a_worker_that_died_is_retired_on_the_rerun(
     mention = app_mention("<@UBOT> What is the prerequisite for Django?", user=ALICE)
     env.event(mention)
     [run] = env.wait_for_runs(1)
+    env.settle()
     # The worker that died: its own surface (another process) had streamed half an answer.
     dead = SlackSurface(WebClient(token=TOKEN, base_url=env.slack.url), env.rt)
     half = dead.answer_stream(run)
