@@ -5,12 +5,14 @@ allows it; where Slack refuses (an app without the AI feature, an old workspace,
 start), the text is posted and then updated instead (`chat.postMessage` + `chat.update`), and
 that workspace is not asked to stream again for a while.
 
-What people see at the end is what they would have seen without streaming (`answer_messages`):
-the stream is stopped with the footer (and the grounding flag) below the streamed text when the
-text streamed is the start of the run's answer and the answer fits one message; otherwise (a
-partial run, notes, a cut or long answer, a model that failed midway, streaming that broke) the
-message is replaced by the final rendering, and any further messages follow it. A failure of that
-replacement deletes the streamed message and the answer is posted as usual.
+What people see at the end is exactly what they would have seen without streaming: when the
+run ends, the stream is stopped and the message updated in place to `answer_messages` (the
+answer as mrkdwn blocks, the grounding flag, the footer), further messages following for a
+long answer. So a partial run, notes, a cut answer or a model that failed midway all end the
+same way streamed or not; if that update fails, the streamed message is deleted and the ending
+posted as usual. While streaming, the model's text is escaped (nobody pinged, nothing forged)
+and a Markdown link is held back until it is complete, then sent as is or, when its label names
+another address than it opens, as the bare address.
 
 Bounds: one append per `interval` per message (one update per `update_interval` when posting,
 Tier 3), at most `MAX_SENDS` per message and `MAX_SHOWN` characters shown while streaming; the
@@ -26,6 +28,7 @@ stays "streaming" and the answer is written again, whole, by the rerun.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -37,8 +40,8 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 
 from bot import messages as m
 from bot.blocks import Message, context
-from bot.mrkdwn import escape, to_mrkdwn
-from worker.run import Run, RunStatus
+from bot.mrkdwn import escape, safe_links, to_mrkdwn
+from worker.run import Run
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +52,6 @@ START_CHARS = 40  # the message starts once this much text is in...
 START_WAIT = 0.4  # ...or this long after the first words
 MAX_SHOWN = 8000  # characters shown while the model writes; the rest comes at the end
 MAX_SENDS = 100  # appends (or updates) per message
-MAX_STOP_TEXT = 11_000  # stopStream's markdown_text takes 12,000 characters
 REFUSED_FOR = 900.0  # s a workspace that refused streaming is posted to instead
 TRANSIENT = {"ratelimited", "internal_error", "fatal_error", "service_unavailable"}  # not refusals
 RECORD_TTL = 2 * 24 * 3600  # s a record of a message being streamed is kept
@@ -202,7 +204,8 @@ class StreamedAnswer:
     # -- sending -------------------------------------------------------------------------------
 
     def _send(self, now: float) -> None:
-        if self.broken or self.sends >= MAX_SENDS or self.sent >= len(self.received):
+        ready = settled(self.received, self.sent) if self.stream else len(self.received)
+        if self.broken or self.sends >= MAX_SENDS or self.sent >= ready:
             return
         if self.ts is None:
             assert self.first_at is not None
@@ -220,7 +223,7 @@ class StreamedAnswer:
                 self.streams.client.chat_appendStream(
                     channel=self.channel,
                     ts=self.ts,
-                    markdown_text=escape(self.received[self.sent :]),
+                    markdown_text=streamable(self.received[self.sent : ready]),
                 )
             else:
                 self.streams.client.chat_update(
@@ -230,15 +233,16 @@ class StreamedAnswer:
             log.warning("answer_stream_append_failed", run_id=self.run_id, mode=self.mode)
             self.broken = True
             return
-        self._sent(now)
+        self._sent(now, ready)
 
     def _start(self) -> None:
+        ready = settled(self.received, 0)
         if self.stream:
             try:
                 response = self.streams.client.chat_startStream(
                     channel=self.channel,
                     thread_ts=self.thread_ts,
-                    markdown_text=escape(self.received),
+                    markdown_text=streamable(self.received[:ready]),
                     recipient_team_id=self.team or None,
                     recipient_user_id=self.user or None,
                 )
@@ -267,10 +271,10 @@ class StreamedAnswer:
             self.run_id, {"channel": self.channel, "ts": str(self.ts), "mode": self.mode}
         )
         self.streams.started(self)
-        self._sent(time.monotonic())
+        self._sent(time.monotonic(), ready if self.stream else len(self.received))
 
-    def _sent(self, now: float) -> None:
-        self.sent = len(self.received)
+    def _sent(self, now: float, upto: int) -> None:
+        self.sent = upto
         self.last_send = now
         self.sends += 1
 
@@ -291,25 +295,16 @@ class StreamedAnswer:
         return True
 
     def _finish(self, run: Run, messages: list[Message]) -> None:
+        """Stop the stream, then show the ending exactly as it is posted without streaming:
+        the answer as blocks (mrkdwn, safe links, cut and split as Slack accepts), the flags,
+        the footer; any further messages follow."""
         client, channel, ts = self.streams.client, self.channel, self.ts
         assert ts is not None
-        shown = self.received[: self.sent]
-        answer = run.answer or ""
         if self.stream:
-            rest = escape(answer[len(shown) :])
-            clean = (
-                run.status == RunStatus.COMPLETED
-                and len(messages) == 1
-                and answer.startswith(shown)
-                and len(rest) <= MAX_STOP_TEXT
-            )
-            if clean:
-                below = [b for b in messages[0].blocks if b.get("type") != "section"]
-                client.chat_stopStream(
-                    channel=channel, ts=ts, markdown_text=rest or None, blocks=below
-                )
-                return
-            client.chat_stopStream(channel=channel, ts=ts)
+            try:
+                client.chat_stopStream(channel=channel, ts=ts)
+            except SLACK_ERRORS:  # expired or stopped already: the update below is what counts
+                log.warning("answer_stream_stop_failed", run_id=run.id)
         first, *more = messages
         client.chat_update(channel=channel, ts=ts, text=first.text, blocks=first.blocks)
         for message in more:
@@ -321,6 +316,34 @@ class StreamedAnswer:
                 unfurl_links=False,
                 unfurl_media=False,
             )
+
+
+# A Markdown link is sent only once it is complete, so a misleading one can be defused first.
+_OPEN_LINK = re.compile(r"\[[^\[\]\n|]{0,300}")
+_URL_SO_FAR = re.compile(r"|h|ht|htt|https?|https?:|https?:/|https?://[^\s()<>|]{0,1500}")
+
+
+def settled(text: str, start: int) -> int:
+    """How far `text` can be sent from `start`: up to a "[" that may still open a link."""
+    at = text.find("[", start)
+    while at != -1:
+        opened = _OPEN_LINK.match(text, at)
+        assert opened is not None
+        rest = text[opened.end() :]
+        if (
+            rest == ""
+            or rest == "]"
+            or (rest.startswith("](") and _URL_SO_FAR.fullmatch(rest[2:]) is not None)
+        ):
+            return at  # still writing the link (or its label): wait for the rest
+        at = text.find("[", at + 1)
+    return len(text)
+
+
+def streamable(markdown: str) -> str:
+    """Model text as streamed to Slack: its three control characters escaped (nobody is
+    pinged, nothing is forged), misleading links written as the address they open."""
+    return escape(safe_links(markdown))
 
 
 def flag_ungrounded(messages: list[Message], run: Run) -> list[Message]:

@@ -90,7 +90,14 @@ def test_the_answer_streams_into_the_thread_with_the_footer_at_the_end_and_recor
     assert len(appended) >= 2 and len(stopped) == 1
     message = answer_message(env, streamed_mention)
     assert message["ts"] == stopped[0]["ts"] and message["streaming"] is False
-    assert message["text"] == ANSWER  # streamed text, then the rest at stop: nothing twice
+    streamed_text = "".join(c["markdown_text"] for c in [*started, *appended])
+    assert ANSWER.startswith(streamed_text) and len(streamed_text) > len(ANSWER) // 2
+    # once the run ended, the message became the answer as it is posted without streaming
+    [final] = [c for c in env.slack.calls("chat.update") if c["ts"] == message["ts"]]
+    assert env.slack.call_log.index(next(c for c in env.slack.call_log if c.args is final)) > (
+        env.slack.call_log.index(next(c for c in env.slack.call_log if c.args is stopped[0]))
+    )
+    assert texts([b for b in message["blocks"] if b["type"] == "section"]) == ANSWER
     footer = texts([b for b in message["blocks"] if b["type"] == "context"])
     assert "1 step" in footer and "tokens" in footer and "$" in footer
     assert buttons(message["blocks"])[VIEW_RUN] == streamed.id
@@ -168,7 +175,7 @@ def test_a_tool_call_turn_arrives_streamed_its_deltas_accumulate_and_the_tool_ru
     assert len(starts) == 2 and preamble.startswith(starts[0]["markdown_text"])
     assert env.slack.message(CHANNEL, taken_back["ts"]) is None
     message = answer_message(env, mention)
-    assert message["text"] == run.answer
+    assert texts([b for b in message["blocks"] if b["type"] == "section"]) == run.answer
     assert not any(preamble[:20] in m.get("text", "") for m in in_thread(env, mention))
 
 
@@ -182,10 +189,11 @@ def test_a_streamed_answer_with_figures_no_source_has_is_flagged_when_the_stream
     mention, run = ask(env, "What does Django Fundamentals cost?")
 
     assert run.ungrounded == ["3999"]
-    [stop] = env.slack.calls("chat.stopStream")
-    flagged = texts(stop["blocks"])
-    assert "Check these figures: 3999" in flagged
-    assert buttons(answer_message(env, mention)["blocks"])[VIEW_RUN] == run.id
+    assert len(env.slack.calls("chat.startStream")) == len(env.slack.calls("chat.stopStream")) == 1
+    message = answer_message(env, mention)
+    shown = texts(message["blocks"])
+    assert "3999" in shown and "Check these figures: 3999" in shown
+    assert buttons(message["blocks"])[VIEW_RUN] == run.id
 
 
 def test_a_message_left_streaming_by_a_worker_that_died_is_retired_on_the_rerun(
@@ -209,7 +217,7 @@ def test_a_message_left_streaming_by_a_worker_that_died_is_retired_on_the_rerun(
     assert not any(m.get("streaming") for m in in_thread(env, mention))
     run = env.rt.store.load(run.id)
     assert run.status == RunStatus.COMPLETED
-    assert answer_message(env, mention)["text"] == ANSWER
+    assert ANSWER in texts(answer_message(env, mention)["blocks"])
     assert env.rt.redis.get(surface(env).answers.key(run.id)) is None
 
 
@@ -269,5 +277,27 @@ def test_a_worker_killed_mid_stream_leaves_no_message_streaming_and_the_rerun_an
     assert half["ts"] not in {m["ts"] for m in thread}  # stopped and deleted by the rerun
     assert [m for m in thread if m.get("streaming")] == []
     [answer] = [m for m in thread if VIEW_RUN in buttons(m.get("blocks") or [])]
-    assert answer["text"] == ANSWER
+    assert ANSWER in texts(answer["blocks"])
     assert redis_conn.get(record.key(run.id)) is None
+
+
+def test_a_misleading_link_is_never_streamed_as_a_link(
+    env: BotEnv, model_server: FakeOpenAI
+) -> None:
+    text = (
+        "You can reset your password at [https://bank.example/login](https://evil.example/steal)"
+        " or read [the guide](https://docs.example/reset) first; both take a minute."
+    )
+    model_server.route("reset", [Turn(text, pace=200)])
+    surface(env).answers.interval = 0.01
+
+    mention, _run = ask(env, "How do I reset my password?")
+
+    streamed = "".join(
+        c["markdown_text"]
+        for c in [*env.slack.calls("chat.startStream"), *env.slack.calls("chat.appendStream")]
+    )
+    assert "](https://evil.example/steal)" not in streamed
+    assert "https://evil.example/steal" in streamed  # shown as the address it opens
+    assert "[the guide](https://docs.example/reset)" in streamed
+    assert "<https://evil.example/steal>" in texts(answer_message(env, mention)["blocks"])

@@ -12,6 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.stream import settled, streamable
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
 from worker.model import ModelClient, read_turn
 from worker.streaming import accumulate
@@ -206,3 +207,29 @@ def test_a_stream_that_breaks_off_midway_is_asked_for_again_and_the_sink_starts_
     assert len(model_server.chat_requests) == 2
     assert sink.resets == 1 and sink.shown == text
     assert (turn.content, turn.prompt_tokens, turn.completion_tokens) == (text, 50, 15)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["[", "]", "(", ")", "https://", "a.example", "/x", "label", " ", "\n", "&", "<b>"]
+        ),
+        max_size=30,
+    ),
+    st.data(),
+)
+def test_streamed_slack_text_in_any_chunking_equals_the_whole_text_rendered_at_once(
+    tokens: list[str], data: st.DataObject
+) -> None:
+    """Links are held back until complete, so no chunking shows a link the whole text would
+    have defused (bot/stream.py `settled`)."""
+    whole = "".join(tokens)
+    ends = [*sorted(data.draw(st.sets(st.integers(0, len(whole)), max_size=8))), len(whole)]
+    sent, shown = 0, ""
+    for end in ends:
+        ready = settled(whole[:end], sent)
+        assert ready >= sent
+        shown += streamable(whole[sent:ready])
+        sent = ready
+    assert shown + streamable(whole[sent:]) == streamable(whole)
