@@ -88,6 +88,11 @@ STATUS_FALLBACK = "Switchboard: {text}"
 # -- answers --------------------------------------------------------------------------------
 
 ANSWER_FALLBACK = "Switchboard's answer"
+ANSWER_REPLACED = "_This reply was interrupted; the answer is written again below._"
+UNGROUNDED = (
+    ":warning: Check these figures: {numbers}. I could not find them in any tool result "
+    "or in the question."
+)
 ANSWER_CUT = "_The answer was too long for Slack and was cut. Use View run to read all of it._"
 PARTIAL_HEAD = ":warning: I stopped before finishing because {why}."
 PARTIAL_DETAIL = "Details: {detail}"

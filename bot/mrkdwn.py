@@ -150,6 +150,14 @@ def to_mrkdwn(markdown: str) -> str:
     return _FENCE.join(out)
 
 
+def safe_links(markdown: str) -> str:
+    """Markdown (as streamed to Slack) whose links cannot mislead: a link whose label names
+    another address than it opens is written as the bare address it opens."""
+    return _LINK.sub(
+        lambda m: m.group(2) if misleading(m.group(1), m.group(2)) else m.group(0), markdown
+    )
+
+
 def _link(match: re.Match[str]) -> str:
     """`<url|label>`; just `<url>` (Slack shows the address) when the label names another
     address than the link opens, e.g. [https://bank.example](https://evil.example)."""

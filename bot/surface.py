@@ -34,9 +34,10 @@ from bot.blocks import (
     status_final,
 )
 from bot.blocks import status_working as status_working_message
-from bot.identity import UserGroups
+from bot.identity import UserGroups, user_groups
 from bot.installations import Installations
 from bot.mrkdwn import channel as channel_link
+from bot.stream import AnswerStreams, StreamedAnswer, flag_ungrounded
 from bot.throttle import Throttle
 from tools import Tool
 from worker.run import EndReason, Run, RunStatus
@@ -91,6 +92,7 @@ class SlackSurface:
         self._refreshers: dict[str, threading.Timer] = {}
         self._groups: UserGroups | None = None  # for reminders: made when first needed
         self._refresh_lock = threading.Lock()
+        self.answers = AnswerStreams(self.client, rt.redis, rt.settings.namespace)
 
     def close(self) -> None:
         """Drop held-back updates and status refreshes (at shutdown)."""
@@ -322,10 +324,19 @@ class SlackSurface:
         if self.gone(run):
             return
         if self._groups is None:
-            self._groups = UserGroups(self.client)
+            self._groups = user_groups(self.rt, self.client)
         reminders.remind(self.client, self.rt.policy, self._groups, request, escalated=escalated)
         if escalated:  # the cards say who may decide now
             self.show_outcome(request)
+
+    # -- the answer as it is written (bot/stream.py) -----------------------------------------
+
+    def answer_stream(self, run: Run) -> StreamedAnswer | None:
+        """Where the model's answer text goes while it writes it (`worker.streaming`)."""
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if not channel or not thread_ts or self.gone(run):
+            return None
+        return self.answers.open(run, channel, thread_ts)
 
     # -- the end --------------------------------------------------------------------------------
 
@@ -334,6 +345,7 @@ class SlackSurface:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         self._stop_status(run.id)
         sending = self.throttle.close(run.id)
+        streamed = self.answers.take(run.id)
         if not channel or not thread_ts or self.gone(run):
             return
         cancelled_by = None
@@ -341,7 +353,10 @@ class SlackSurface:
             cancelled_by = self.rt.store.cancel_requested_by(run.id)
         with sending or contextlib.nullcontext():
             self._final_status(run, channel, thread_ts, cancelled_by)
-        for message in answer_messages(run, cancelled_by):
+        messages = flag_ungrounded(answer_messages(run, cancelled_by), run)
+        if self.answers.finish(run, streamed, messages):
+            return
+        for message in messages:
             self.client.chat_postMessage(
                 channel=channel,
                 thread_ts=thread_ts,

@@ -49,6 +49,7 @@ class Config(BaseSettings):
         "bm25", alias="SWITCHBOARD_DEMO_SELECTOR", pattern="^(bm25|embeddings)$"
     )
     embedding_model: str = Field("text-embedding-3-small", alias="SWITCHBOARD_EMBEDDING_MODEL")
+    stream_answers: bool = Field(True, alias="SWITCHBOARD_STREAM_ANSWERS")
 
     queue: str = Field("switchboard", alias="SWITCHBOARD_QUEUE")
     # Runs one worker process carries at once. A run mostly waits on the model (seconds per

@@ -84,6 +84,7 @@ def runtime_settings(config: Config) -> Settings:
         model_retries=config.model_retries,
         demos_as_text=config.demos_as == "text",
         instructions=load_instructions(Path(config.instructions)) if config.instructions else "",
+        stream_answers=config.stream_answers,
         concurrency=config.worker_concurrency,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,

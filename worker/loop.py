@@ -25,6 +25,7 @@ from worker.prompt import Demonstration, build_messages
 from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
 from worker.runtime import Runtime
+from worker.streaming import answer_sink
 
 log = structlog.get_logger(__name__)
 
@@ -135,7 +136,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     )
     try:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
-        turn = model.complete(messages, specs, timeout)
+        turn = model.complete(messages, specs, timeout, answer_sink(rt, run))
     except ModelError as exc:
         rt.events.append(run.id, "model_error", error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:

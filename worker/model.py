@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx
 import openai
 import structlog
 
 from tools import valid_unicode
+from worker.streaming import TextSink, TurnAccumulator
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +64,11 @@ class Model(Protocol):
     model: str
 
     def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        sink: TextSink | None = None,
     ) -> ModelTurn: ...
 
 
@@ -89,8 +97,14 @@ class ModelClient:
         )
 
     def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        sink: TextSink | None = None,
     ) -> ModelTurn:
+        """One model call. With a `sink`, the reply is streamed and its answer text passed on
+        as it arrives; the turn (and its usage) is the same as without."""
         started = time.monotonic()
         # The request is plain JSON already. Handed to `create(messages=...)`, the SDK would
         # first walk every message against its typed definitions, which measured as more CPU
@@ -99,26 +113,77 @@ class ModelClient:
         if tools:
             body["tools"] = tools
             body["parallel_tool_calls"] = True
-        try:
-            client = self.client.with_options(timeout=openai.Timeout(timeout, connect=5.0))
+        client = self.client.with_options(timeout=openai.Timeout(timeout, connect=5.0))
+        with model_errors(timeout):
+            if sink is not None:
+                return self._streamed(client, body, timeout, sink, started)
             response = client.chat.completions.create(
                 model=self.model, messages=[], extra_body=body
             )
-        except openai.APITimeoutError as exc:
-            raise ModelError(
-                f"the model did not answer within {timeout:.0f} s", timed_out=True
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise ModelError("could not reach the model server (connection failed)") from exc
-        except openai.APIStatusError as exc:
-            raise ModelError(
-                f"the model server answered HTTP {exc.status_code}: {_short(exc)}"
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise ModelError(f"model client error: {type(exc).__name__}") from exc
         if not response.choices:
             raise ModelError("the model server returned no choices")
         return read_turn(response.choices[0], response.usage, time.monotonic() - started)
+
+    def _streamed(
+        self,
+        client: openai.OpenAI,
+        body: dict[str, Any],
+        timeout: float,
+        sink: TextSink,
+        started: float,
+    ) -> ModelTurn:
+        """The SDK retries a request that fails before its stream starts; a stream that breaks
+        off midway is asked for again here, as often, and the sink told to start over."""
+        for attempt in range(self.client.max_retries + 1):
+            acc = TurnAccumulator(sink)
+            stream = client.chat.completions.create(  # failures here: the SDK's retries
+                model=self.model,
+                messages=[],
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=body,
+            )
+            try:
+                with stream:
+                    for chunk in stream:
+                        acc.add(chunk)
+                        if time.monotonic() - started > timeout:
+                            raise ModelError(
+                                f"the model did not answer within {timeout:.0f} s", timed_out=True
+                            )
+            except (httpx.TimeoutException, openai.APITimeoutError) as exc:
+                raise ModelError(
+                    f"the model did not answer within {timeout:.0f} s", timed_out=True
+                ) from exc
+            except (httpx.TransportError, openai.APIConnectionError) as exc:
+                if attempt >= self.client.max_retries:
+                    raise ModelError("the model's streamed reply broke off") from exc
+                log.warning("model_stream_retry", attempt=attempt + 1, error=type(exc).__name__)
+                sink.reset()
+                continue
+            if not acc.saw_choice:
+                raise ModelError("the model server returned no choices")
+            return acc.turn(time.monotonic() - started)
+        raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def model_errors(timeout: float) -> Iterator[None]:
+    """The SDK's exceptions as ModelError, in words fit for the run's record."""
+    try:
+        yield
+    except openai.APITimeoutError as exc:
+        raise ModelError(
+            f"the model did not answer within {timeout:.0f} s", timed_out=True
+        ) from exc
+    except openai.APIConnectionError as exc:
+        raise ModelError("could not reach the model server (connection failed)") from exc
+    except openai.APIStatusError as exc:
+        raise ModelError(
+            f"the model server answered HTTP {exc.status_code}: {_short(exc)}"
+        ) from exc
+    except openai.OpenAIError as exc:
+        raise ModelError(f"model client error: {type(exc).__name__}") from exc
 
 
 def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:

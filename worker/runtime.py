@@ -49,6 +49,7 @@ class Settings:
     model_retries: int = 2
     budgets: Budgets = field(default_factory=Budgets)
     demos_as_text: bool = False  # demonstrations as text in the instructions, not as messages
+    stream_answers: bool = True  # stream replies to surfaces that show answers as they come
     concurrency: int = 1  # runs one worker process carries at once (RQ worker loops in threads)
     limits: Limits = field(default_factory=Limits)  # per person; none unless configured
     instructions: str = ""  # the operator's (SWITCHBOARD_INSTRUCTIONS), after the built-in ones

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.model import ModelError, ModelTurn, ProposedCall
+from worker.streaming import TextSink
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,11 @@ class ScriptedModel:
         self.scripts[question.strip()] = turns
 
     def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        sink: TextSink | None = None,
     ) -> ModelTurn:
         last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
         question = str(messages[last_user].get("content") or "").strip()
@@ -65,6 +70,8 @@ class ScriptedModel:
             )
             for name, args in turn.calls
         ]
+        if sink is not None and turn.text and not calls and not turn.refusal:
+            sink.text(turn.text)  # the whole answer at once: a script has nothing to wait for
         prompt = len(json.dumps(messages)) + len(json.dumps(tools))
         completion = len(turn.text or "") + sum(len(c.arguments) + len(c.name) for c in calls)
         return ModelTurn(

@@ -86,7 +86,7 @@ class Turn:
     is then null unless text is also given). usage: (prompt_tokens, completion_tokens);
     default is estimated from the request and reply sizes (about 4 characters a token,
     completion capped at 16,384). delay: seconds to wait before
-    answering (every time this turn is served).
+    answering (every time this turn is served). pace: tokens a second when streamed.
     """
 
     text: str | None = None
@@ -95,6 +95,10 @@ class Turn:
     refusal: str | None = None
     usage: tuple[int, int] | None = None
     delay: float = 0.0
+    # Written at this many tokens a second (None: the server's default): streamed, text and
+    # arguments come in 4-character pieces, each after 1/pace s; sent whole, the reply comes
+    # after as long as the stream would have taken.
+    pace: float | None = None
     # Replaces the built choice as it is (keys "message", "finish_reason", and "usage" for the
     # whole completion when present): a test can send what a non-conforming server sends.
     raw: Mapping[str, Any] | None = None
@@ -110,7 +114,8 @@ class Fault:
     After waiting `delay` seconds: `drop` closes the socket without answering; `status`
     answers with an OpenAI-shaped error body (429 carries `retry-after` and
     `retry-after-ms`); with neither, the scripted turn is then served normally (a slow
-    answer, e.g. to trip a client timeout once).
+    answer, e.g. to trip a client timeout once). `cut_after`: a streamed turn is served, but
+    the connection closes after that many events (a stream that breaks off midway).
     """
 
     status: int | None = None
@@ -119,6 +124,7 @@ class Fault:
     drop: bool = False
     delay: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
 
     @classmethod
     def rate_limit(cls, retry_after: float = 0.05) -> Fault:
@@ -442,8 +448,16 @@ def build_completion(
 
 def build_stream(completion: Mapping[str, Any], include_usage: bool) -> bytes:
     """The same completion as server-sent `chat.completion.chunk` events."""
+    return b"".join(stream_events(completion, include_usage))
+
+
+def stream_events(
+    completion: Mapping[str, Any], include_usage: bool, token_chars: int | None = None
+) -> list[bytes]:
+    """The completion as server-sent events, one `data:` line each. Text and arguments come in
+    three pieces, or in pieces of `token_chars` characters (a paced stream: one per token)."""
     choice = completion["choices"][0]
-    message = choice["message"]
+    message = choice["message"] or {}
     head = {key: completion[key] for key in ("id", "created", "model", "system_fingerprint")}
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -458,10 +472,13 @@ def build_stream(completion: Mapping[str, Any], include_usage: bool) -> bytes:
             event["usage"] = None
         return event
 
+    def pieces(text: str) -> list[str]:
+        step = token_chars or max(1, math.ceil(len(text) / 3))
+        return [text[i : i + step] for i in range(0, len(text), step)]
+
     events = [chunk({"role": "assistant", "content": "", "refusal": None})]
     text = message.get("content") or ""
-    step = max(1, math.ceil(len(text) / 3))
-    events += [chunk({"content": text[i : i + step]}) for i in range(0, len(text), step)]
+    events += [chunk({"content": piece}) for piece in pieces(text)]
     if message.get("refusal"):
         events.append(chunk({"refusal": message["refusal"]}))
     for n, call in enumerate(message.get("tool_calls") or []):
@@ -476,16 +493,16 @@ def build_stream(completion: Mapping[str, Any], include_usage: bool) -> bytes:
                 }
             )
         )
-        events.append(
-            chunk({"tool_calls": [{"index": n, "function": {"arguments": function["arguments"]}}]})
-        )
+        arguments = function["arguments"]
+        for piece in pieces(arguments) if isinstance(arguments, str) else [arguments]:
+            events.append(chunk({"tool_calls": [{"index": n, "function": {"arguments": piece}}]}))
     events.append(chunk({}, choice["finish_reason"]))
     if include_usage:
         events.append(
             {**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]}
         )
     lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
-    return "".join(lines).encode("utf-8")
+    return [line.encode("utf-8") for line in lines]
 
 
 def error_body(
@@ -571,7 +588,8 @@ class FakeOpenAI(FakeServer[Request]):
     models: ids listed by GET /v1/models. api_key: when set, the only accepted key (any
     non-empty bearer token is accepted otherwise). validate: reject requests the real
     API would reject (unanswered tool calls, orphan tool messages, bad tool names, non-strict
-    schemas marked strict) with a 400, as the real API does.
+    schemas marked strict) with a 400, as the real API does. pace: stream replies at this
+    many tokens a second (None: all at once).
     """
 
     def __init__(
@@ -581,8 +599,10 @@ class FakeOpenAI(FakeServer[Request]):
         models: Sequence[str] = ("gpt-fake",),
         api_key: str | None = None,
         validate: bool = True,
+        pace: float | None = None,
     ) -> None:
         super().__init__()
+        self.pace = pace  # tokens a second for streamed replies (a Turn's own pace wins)
         self.models = list(models)
         self.api_key = api_key
         self.validate = validate
@@ -798,6 +818,7 @@ class _OpenAIHandler(QuietHandler):
         fault, reply = fake.decide(body)
         if fault is not None and self._serve_fault(fault, body):
             return
+        cut_after = fault.cut_after if fault is not None else None
         if isinstance(reply, str):
             self._error(500, error_body(reply, "fake_script_error"), {"x-should-retry": "false"})
             return
@@ -817,8 +838,18 @@ class _OpenAIHandler(QuietHandler):
         completion = build_completion(
             body, reply, key=key, index=index, completion_id=fake.next_id()
         )
+        pace = reply.pace if reply.pace is not None else fake.pace
+        if pace and not body.get("stream"):  # a model writes as fast sent whole: answer when done
+            tokens = len(stream_events(completion, False, 4)) - 1
+            if not fake.pause(tokens / pace):
+                self.drop()
+                return
         if body.get("stream"):
             options = body.get("stream_options") or {}
+            if pace or cut_after is not None:
+                events = stream_events(completion, bool(options.get("include_usage")), 4)
+                self._send_paced(events, 1.0 / pace if pace else 0.0, cut_after)
+                return
             stream = build_stream(completion, bool(options.get("include_usage")))
             self.send_bytes(
                 200,
@@ -828,6 +859,30 @@ class _OpenAIHandler(QuietHandler):
             )
         else:
             self.send_json(200, completion, {"x-request-id": self._request_id()})
+
+    def _send_paced(self, events: list[bytes], interval: float, cut_after: int | None) -> None:
+        """Each event in its own HTTP chunk, `interval` s apart, as a model writing tokens;
+        the connection closes after `cut_after` events, if given."""
+        self.responded = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", self._request_id())
+        self.end_headers()
+        try:
+            for n, event in enumerate(events):
+                if n == cut_after:
+                    self.drop()
+                    return
+                if n and not self.fake.pause(interval):
+                    self.drop()
+                    return
+                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
 
     def _serve_fault(self, fault: Fault, body: dict[str, Any]) -> bool:
         """Serve a fault; False when it was only a delay and the turn should follow."""

@@ -188,6 +188,7 @@ class FakeSlack(FakeServer[Call]):
         self._delays: dict[str, float] = {}
         self._overrides: dict[str, MethodHandler] = {}
         self._view_ids = itertools.count(1)
+        self._first_text: dict[str, float] = {}  # message ts -> when it first showed text
 
     @property
     def url(self) -> str:
@@ -325,6 +326,12 @@ class FakeSlack(FakeServer[Call]):
             found = self._home.get(user_id)
             return copy.deepcopy(found) if found else None
 
+    def first_text_at(self, ts: str) -> float | None:
+        """When (time.monotonic) the message `ts` first had text a reader could see: posted
+        with it, streamed into it or updated to it."""
+        with self._cond:
+            return self._first_text.get(ts)
+
     def assistant_thread(self, channel: str, thread_ts: str) -> dict[str, Any]:
         """What assistant.threads.* set on a thread: status, loading_messages, title, prompts."""
         with self._cond:
@@ -453,7 +460,12 @@ class FakeSlack(FakeServer[Call]):
         stored = self._channels.setdefault(channel, [])
         stored.append(message)
         stored.sort(key=lambda m: _ts_key(str(m["ts"])))
+        self._note_text(message)
         return message
+
+    def _note_text(self, message: Mapping[str, Any]) -> None:
+        if message.get("text") or message.get("blocks"):
+            self._first_text.setdefault(str(message["ts"]), time.monotonic())
 
     def _find(self, channel: str, ts: str) -> dict[str, Any] | None:
         for stored in self._channels.get(channel, []):
@@ -628,6 +640,7 @@ def _chat_update(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str,
         if name in args:
             message[name] = args[name]
     message["edited"] = {"user": fake.bot_user_id, "ts": next_ts()}
+    fake._note_text(message)
     return {
         "channel": args["channel"],
         "ts": message["ts"],
@@ -712,6 +725,7 @@ def _chat_start_stream(fake: FakeSlack, args: dict[str, Any], token: str) -> dic
 def _chat_append_stream(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
     message = _streaming_message(fake, args)
     _apply_chunks(message, args)
+    fake._note_text(message)
     return {"channel": args["channel"], "ts": message["ts"]}
 
 
@@ -725,6 +739,7 @@ def _chat_stop_stream(fake: FakeSlack, args: dict[str, Any], token: str) -> dict
     if args.get("metadata") is not None:
         message["metadata"] = args["metadata"]
     message["streaming"] = False
+    fake._note_text(message)
     return {"channel": args["channel"], "ts": message["ts"], "message": copy.deepcopy(message)}
 
 
