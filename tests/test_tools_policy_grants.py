@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tools.builtin
 from tools import Denial, Policy, PolicyError, ToolRegistry, register_tool
-from tools.policy_file import is_pattern, most_specific, pattern_matches, specificity
+from tools.patterns import is_pattern, most_specific, pattern_matches, specificity
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,6 +26,7 @@ import structlog
 
 from tools.decode import canonical_json
 from tools.exceptions import PolicyError
+from tools.patterns import most_specific
 from tools.policy_file import (
     EFFECTS,
     EVERYONE,
@@ -34,7 +35,6 @@ from tools.policy_file import (
     PolicyContent,
     RuleFields,
     default_rules,
-    most_specific,
     read_policy,
 )
 from tools.profiles import DM, Profile

@@ -11,15 +11,18 @@ come from `defaults:`, then from the built-in defaults.
 
 The most specific entry wins, whatever the order in the file: a tool's own name
 beats every pattern, and of two patterns that match it the more specific one
-applies (see `specificity`). Two equally specific patterns that both match a
+applies (see `tools.patterns`). Two equally specific patterns that both match a
 registered tool without an entry of its own are an error naming both lines.
+
+Why ~500 lines in one module: it is one reader of one file format, section by section
+(`_Reader`), and every section's checks share its state (known roles, lines, warnings).
+The format-independent parts live elsewhere: pattern specificity in `tools/patterns.py`,
+node reading in `tools/yaml_nodes.py`, profiles in `tools/profiles.py`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
-from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
@@ -28,10 +31,9 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from tools.exceptions import PolicyError
+from tools.patterns import is_pattern, most_specific, pattern_matches, specificity
 from tools.profiles import Profile, read_profiles
 from tools.registry import ToolRegistry
-from tools.yaml_nodes import BOOL as _BOOL
-from tools.yaml_nodes import STR as _STR
 from tools.yaml_nodes import Invalid as _Invalid
 from tools.yaml_nodes import NodeReader, compose
 from tools.yaml_nodes import is_null as _is_null
@@ -69,15 +71,12 @@ DEFAULT_KEYS = {"read": ("allow",), "write": ("allow", *WRITE_ONLY_KEYS)}
 PATTERN_KEYS = ("allow", *WRITE_ONLY_KEYS)  # the write-only keys apply to the writes it matches
 EFFECTS = ("read", "write")
 
-_GLOB_CHARS = frozenset("*?[")
 _PATTERN = re.compile(r"^[A-Za-z0-9_\-*?\[\]!]{1,128}$")
 
 _ROLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]+$")
 _GROUP_HANDLE = re.compile(r"^@[a-z0-9][a-z0-9._-]{0,79}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,}$")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 Node = yaml.Node
 
@@ -106,74 +105,6 @@ def default_rules() -> dict[str, RuleFields]:
         constraints={},
     )
     return {"read": read, "write": write}
-
-
-def is_pattern(key: str) -> bool:
-    """Is this `tools:` key a shell-style pattern ("git_*") rather than a tool name?"""
-    return not _GLOB_CHARS.isdisjoint(key)
-
-
-def pattern_matches(pattern: str, name: str) -> bool:
-    """Does a tool name match a `tools:` pattern? Case-sensitive, like tool names."""
-    return fnmatch.fnmatchcase(name, pattern)
-
-
-def specificity(pattern: str) -> tuple[int, int, int]:
-    """How specific a pattern is; the larger tuple wins. In order of importance:
-
-    1. the length of its literal prefix (the characters before the first `*`, `?` or
-       `[...]`): "git_diff*" (8) beats "git_*" (4) beats "*_status" (0);
-    2. the number of literal characters anywhere: "git_*_log" (7) beats "git_*" (4);
-    3. fewer wildcards: "git_*" beats "git_*?*".
-
-    A `[...]` class counts as a wildcard, as `*` and `?` do; a `[` without its `]` is a
-    literal character, as in `fnmatch`.
-    """
-    prefix: int | None = None
-    literals = wildcards = 0
-    for token in _glob_tokens(pattern):
-        if token in ("*", "?") or (len(token) > 1 and token.startswith("[")):
-            wildcards += 1
-            if prefix is None:
-                prefix = literals
-        else:
-            literals += 1
-    return (literals if prefix is None else prefix, literals, -wildcards)
-
-
-def most_specific(patterns: Iterable[str], name: str) -> str | None:
-    """The pattern that applies to `name`: the most specific one that matches (the first
-    of equals, which a loaded policy never has); None when none matches."""
-    best: str | None = None
-    for pattern in patterns:
-        if pattern_matches(pattern, name) and (
-            best is None or specificity(pattern) > specificity(best)
-        ):
-            best = pattern
-    return best
-
-
-def _glob_tokens(pattern: str) -> list[str]:
-    """Split a pattern as `fnmatch` reads it: `*`, `?`, whole `[...]` classes, characters."""
-    tokens: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if char == "[":
-            j = i + 1
-            if j < n and pattern[j] == "!":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j < n:  # a whole class
-                tokens.append(pattern[i : j + 1])
-                i = j + 1
-                continue
-        tokens.append(char)
-        i += 1
-    return tokens
 
 
 @dataclass(frozen=True)
@@ -226,7 +157,6 @@ class _Reader(NodeReader):
         self.lines: dict[str, int] = {}
         self.known_roles: set[str] = {EVERYONE, EXTERNAL}
         self.high_risk_entries: set[str] = set()
-        self._constructor = yaml.SafeLoader("")
 
     # -- sections -----------------------------------------------------------
 
@@ -540,39 +470,6 @@ class _Reader(NodeReader):
                     f"{', requester' if requester else ''})",
                 )
         return roles
-
-    def strings(self, node: Node, where: str, example: str) -> list[tuple[str, Node]]:
-        if _is_null(node):
-            return []
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.invalid(node, f"{where} must be a list, e.g. {example}")
-        items: list[tuple[str, Node]] = []
-        for item in node.value:
-            if isinstance(item, yaml.ScalarNode) and item.tag == _STR:
-                items.append((item.value.strip(), item))
-            else:
-                self.error(item, f"{where}: each entry must be a string")
-        return items
-
-    def duration(self, node: Node, where: str) -> float:
-        """Seconds: a number, or a string like "90s", "30m", "4h", "2d"."""
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            return float(value)
-        match = _DURATION.match(value.strip()) if isinstance(value, str) else None
-        if match is None:
-            raise self.invalid(
-                node, f"{where} must be a duration: seconds, or like 90s, 30m, 4h or 2d"
-            )
-        return float(match.group(1)) * _UNIT[match.group(2)]
-
-    def boolean(self, node: Node, where: str) -> bool:
-        if not (isinstance(node, yaml.ScalarNode) and node.tag == _BOOL):
-            raise self.invalid(node, f"{where} must be true or false")
-        return bool(self.scalar(node))
-
-    def scalar(self, node: Node) -> Any:
-        return self._constructor.construct_object(node, deep=True)
 
     def mapping(
         self, node: Node, where: str, keys: tuple[str, ...] | None = None

@@ -4,12 +4,18 @@ file, the MCP servers file). Each reader collects all problems, then raises one 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+from typing import Any
 
 import yaml
 
 Node = yaml.Node
 STR, BOOL, NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+
+
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class Invalid(Exception):
@@ -32,6 +38,7 @@ class NodeReader:
     def __init__(self, source: str) -> None:
         self.source = source
         self.errors: list[tuple[int, str]] = []
+        self._constructor = yaml.SafeLoader("")
 
     def raise_errors(self, error: type[Exception]) -> None:
         """Every problem found, one line each in file order, as one `error`."""
@@ -69,6 +76,39 @@ class NodeReader:
     def invalid(self, node: Node, message: str) -> Invalid:
         self.error(node, message)
         return Invalid(message)
+
+    def strings(self, node: Node, where: str, example: str) -> list[tuple[str, Node]]:
+        if is_null(node):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.invalid(node, f"{where} must be a list, e.g. {example}")
+        items: list[tuple[str, Node]] = []
+        for item in node.value:
+            if isinstance(item, yaml.ScalarNode) and item.tag == STR:
+                items.append((item.value.strip(), item))
+            else:
+                self.error(item, f"{where}: each entry must be a string")
+        return items
+
+    def duration(self, node: Node, where: str) -> float:
+        """Seconds: a number, or a string like "90s", "30m", "4h", "2d"."""
+        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+        match = DURATION.match(value.strip()) if isinstance(value, str) else None
+        if match is None:
+            raise self.invalid(
+                node, f"{where} must be a duration: seconds, or like 90s, 30m, 4h or 2d"
+            )
+        return float(match.group(1)) * UNIT[match.group(2)]
+
+    def boolean(self, node: Node, where: str) -> bool:
+        if not (isinstance(node, yaml.ScalarNode) and node.tag == BOOL):
+            raise self.invalid(node, f"{where} must be true or false")
+        return bool(self.scalar(node))
+
+    def scalar(self, node: Node) -> Any:
+        return self._constructor.construct_object(node, deep=True)
 
 
 def suggest(word: str, choices: Iterable[str]) -> str:
