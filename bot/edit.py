@@ -36,6 +36,9 @@ from worker.roles import RolesUnavailable
 
 log = structlog.get_logger(__name__)
 
+# A submission is answered in its modal, within Slack's 3 s: wait no longer for user groups.
+MODAL_ROLES_WAIT = 1.5
+
 TEXT_MAX = 3000  # Slack's plain_text_input max_length
 OPTIONS_MAX = 100  # static_select options
 OPTION_TEXT = 75
@@ -341,7 +344,7 @@ def on_edit_submitted(
     first = next((f.block_id for f in fields(tool, request.args) if f.kind != "fixed"), "a0")
     team = li.user_team(body)[:64]
     try:
-        roles = sb.identity.roles(user, team)
+        roles = sb.identity.roles(user, team, wait=MODAL_ROLES_WAIT)
     except RolesUnavailable:  # answered in the modal: the ack must come within 3 s
         roles = None
     problem = ""

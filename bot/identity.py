@@ -33,17 +33,21 @@ log = structlog.get_logger(__name__)
 
 GROUPS_TTL = 60.0  # the most a group membership may be out of date before it is not used
 RETRY_SECONDS = 5.0  # after Slack failed to answer, ask again no sooner than this
+WAIT_SECONDS = 10.0  # how long a caller waits for Slack when what it holds is past the bound
 SHARED_MAX_BYTES = 16 * 1024 * 1024  # a cached membership map larger than this is not shared
 
 
 class UserGroups:
     """`usergroups.list` (with members) for the whole workspace, cached with a bounded
-    staleness: read again from Slack once half of `ttl` has passed, never used once `ttl`
-    has. While Slack cannot be asked past that bound, `handles_of` raises RolesUnavailable
+    staleness: read again once half of `ttl` has passed, in a background thread (no caller
+    waits on Slack while what it holds is within the bound, and no lock is held during the
+    call), never used once `ttl` has. Past the bound a caller waits up to `wait` seconds for
+    the read in flight; while Slack cannot be asked, `handles_of` raises RolesUnavailable
     (fail closed: a removed approver must not keep deciding because Slack is down).
 
     With `shared`, the map Slack sent is kept in Redis too, so every bot and worker process
-    reads one copy instead of each asking Slack (`usergroups.list` is a Tier 2 method).
+    reads one copy instead of each asking Slack (`usergroups.list` is a Tier 2 method). Its
+    age is read from the key's remaining time to live, Redis's clock, not the writer's.
     """
 
     def __init__(
@@ -61,73 +65,97 @@ class UserGroups:
         self.key = f"{namespace}usergroups"
         self.clock = clock
         self._by_user: dict[str, frozenset[str]] = {}
-        self._fetched_at = -math.inf  # when Slack gave the map we hold (wall clock)
+        self._fetched_at = -math.inf  # when the map we hold was asked of Slack (our clock)
         self._retry_at = -math.inf
-        self._lock = threading.Lock()
+        self._refreshing = False
+        self._changed = threading.Condition()
 
-    def handles_of(self, user_id: str) -> frozenset[str]:
+    def handles_of(self, user_id: str, *, wait: float = WAIT_SECONDS) -> frozenset[str]:
         """The "@handle"s of the groups `user_id` belongs to. Raises RolesUnavailable."""
-        with self._lock:
-            return self._current().get(user_id, frozenset())
+        return self._current(wait).get(user_id, frozenset())
 
     def members_of(self, handle: str) -> frozenset[str]:
         """The users in the group "@handle" (for DMs to approvers). Raises RolesUnavailable."""
-        with self._lock:
-            return frozenset(u for u, handles in self._current().items() if handle in handles)
+        current = self._current(WAIT_SECONDS)
+        return frozenset(u for u, handles in current.items() if handle in handles)
 
-    def _current(self) -> dict[str, frozenset[str]]:
-        """The map, read again when half the bound has passed; held under the lock."""
-        now = self.clock()
-        if now - self._fetched_at >= self.ttl / 2:
-            self._load_shared()
-        if now - self._fetched_at >= self.ttl / 2 and now >= self._retry_at:
-            self._refresh(now)
-        age = now - self._fetched_at
-        if age > self.ttl:
-            raise RolesUnavailable(
-                "Slack's user groups could not be read (usergroups.list) for "
-                f"{'ever' if math.isinf(age) else f'{age:.0f} s'}; the bound is "
-                f"{self.ttl:.0f} s"
-            )
-        return self._by_user
+    def _current(self, wait: float) -> dict[str, frozenset[str]]:
+        """The map: within the bound, or read from Slack after this call began."""
+        arrived = self.clock()
+        deadline = time.monotonic() + wait
+        with self._changed:
+            while True:
+                now = self.clock()
+                if now - self._fetched_at >= self.ttl / 2:
+                    self._load_shared(now)
+                if (
+                    now - self._fetched_at >= self.ttl / 2
+                    and not self._refreshing
+                    and now >= self._retry_at
+                ):
+                    self._refreshing = True
+                    threading.Thread(target=self._refresh, name="usergroups", daemon=True).start()
+                if now - self._fetched_at <= self.ttl or self._fetched_at >= arrived:
+                    return self._by_user
+                left = deadline - time.monotonic()
+                if not self._refreshing or left <= 0:
+                    age = now - self._fetched_at
+                    raise RolesUnavailable(
+                        "Slack's user groups could not be read (usergroups.list) for "
+                        f"{'ever' if math.isinf(age) else f'{age:.0f} s'}; the bound is "
+                        f"{self.ttl:.0f} s"
+                    )
+                self._changed.wait(left)
 
-    def _refresh(self, now: float) -> None:
+    def _refresh(self) -> None:
+        """Ask Slack (in a background thread, no lock held), then publish what it said."""
+        started = self.clock()
+        by_user: dict[str, frozenset[str]] | None = None
         try:
-            by_user = self._fetch()
+            by_user = {user: frozenset(handles) for user, handles in self._fetch().items()}
         except (SlackClientError, OSError) as exc:
             log.warning("usergroups_unavailable", error=str(exc)[:300])
-            self._retry_at = now + RETRY_SECONDS
-            return
-        self._by_user = {user: frozenset(handles) for user, handles in by_user.items()}
-        self._fetched_at = now
-        self._save_shared()
+        except Exception:  # a thread of our own: nothing else would log it
+            log.exception("usergroups_refresh_failed")
+        with self._changed:
+            if by_user is None:
+                self._retry_at = self.clock() + RETRY_SECONDS
+            elif started > self._fetched_at:
+                self._by_user, self._fetched_at = by_user, started
+            self._refreshing = False
+            self._changed.notify_all()
+        if by_user is not None:
+            self._save_shared(by_user)
 
-    def _load_shared(self) -> None:
+    def _load_shared(self, now: float) -> None:
         if self.shared is None:
             return
         try:
-            raw = self.shared.get(self.key)
-            if raw is None:
+            pipe = self.shared.pipeline(transaction=False)
+            pipe.get(self.key)
+            pipe.pttl(self.key)
+            raw, left_ms = pipe.execute()
+            if raw is None or left_ms <= 0:
                 return
-            stored = json.loads(raw)
-            fetched_at = float(stored["at"])
+            fetched_at = now - max(0.0, self.ttl - left_ms / 1000)
             if fetched_at <= self._fetched_at:
                 return
+            stored = json.loads(raw)
             by_user = {str(u): frozenset(map(str, h)) for u, h in stored["users"].items()}
         except (redis.RedisError, ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("usergroups_shared_unreadable", error=str(exc)[:300])
             return
         self._by_user, self._fetched_at = by_user, fetched_at
 
-    def _save_shared(self) -> None:
-        if self.shared is None:
+    def _save_shared(self, by_user: dict[str, frozenset[str]]) -> None:
+        if self.shared is None or self.ttl <= 0:
             return
-        users = {user: sorted(handles) for user, handles in self._by_user.items()}
-        raw = json.dumps({"at": self._fetched_at, "users": users}, separators=(",", ":"))
+        users = {user: sorted(handles) for user, handles in by_user.items()}
+        raw = json.dumps({"users": users}, separators=(",", ":"))
         if len(raw) > SHARED_MAX_BYTES:
             return
         try:
-            self.shared.set(self.key, raw, px=max(1, int(self.ttl * 1000)))
+            self.shared.set(self.key, raw, px=int(self.ttl * 1000))
         except redis.RedisError as exc:
             log.warning("usergroups_shared_unwritable", error=str(exc)[:300])
 
@@ -162,22 +190,29 @@ class Identity:
             member.startswith("@") for members in policy.roles.values() for member in members
         )
 
-    def roles(self, user_id: str, team_id: str = "") -> frozenset[str]:
+    def roles(
+        self, user_id: str, team_id: str = "", *, wait: float = WAIT_SECONDS
+    ) -> frozenset[str]:
         """The policy roles of `user_id`, whose own team is `team_id` ("" = unknown: the
-        workspace the request came from). Raises RolesUnavailable."""
-        return self._roles(user_id, self.home is not None and self.home.is_external(team_id))
+        workspace the request came from). Raises RolesUnavailable; `wait`: how long to wait
+        for Slack when the cached groups are past their bound (a modal's answer must come
+        within 3 s)."""
+        external = self.home is not None and self.home.is_external(team_id)
+        return self._roles(user_id, external, wait)
 
     def current_roles(self, requester: Requester) -> frozenset[str]:
         """The roles of a run's requester now (the worker's re-check before each step).
         Whether they are external was settled when the run started, from Slack's signed
         payload. Raises RolesUnavailable."""
-        return self._roles(requester.user_id, EXTERNAL in requester.roles)
+        return self._roles(requester.user_id, EXTERNAL in requester.roles, WAIT_SECONDS)
 
-    def _roles(self, user_id: str, external: bool) -> frozenset[str]:
+    def _roles(self, user_id: str, external: bool, wait: float) -> frozenset[str]:
         if external:
             named = self.policy.roles_for(user_id) - {EVERYONE}
             return frozenset({EXTERNAL, *named})
-        handles: Iterable[str] = self.groups.handles_of(user_id) if self.uses_groups else ()
+        handles: Iterable[str] = (
+            self.groups.handles_of(user_id, wait=wait) if self.uses_groups else ()
+        )
         return self.policy.roles_for(user_id, handles)
 
     def requester(self, user_id: str, team_id: str, channel_id: str) -> Requester:

@@ -97,6 +97,9 @@ class BotEnv:
         return response
 
     def work(self) -> None:
+        """Run the queued jobs, once every listener started so far is done (a listener
+        queues its run's job after the run exists: working at once could find no job)."""
+        self.settle()
         work(self.rt)
 
     def settle(self) -> None:
