@@ -1,9 +1,10 @@
 """Approve with edits: an approver's arguments go through the same checks as the model's.
 
-The edited arguments are validated against the tool's schema (one field at a time first, so
-the refusal can name the field), then authorised for the requester as the model's proposal
-was (the policy's constraints included). Only then may a request be approved with them; the
-store rebinds the approval to their hash (`ApprovalStore.decide(edited_args=...)`).
+The edited arguments are validated against the tool's schema (the first problem found names
+the argument to blame, so the modal can show it there), then authorised for the requester as
+the model's proposal was (the policy's constraints included). Only then may a request be
+approved with them; the store rebinds the approval to their hash
+(`ApprovalStore.decide(edited_args=...)`).
 """
 
 from __future__ import annotations
@@ -59,31 +60,36 @@ def shown(value: Any, present: bool = True) -> str:
     return text if len(text) <= VALUE_SHOWN else text[: VALUE_SHOWN - 1] + "…"
 
 
-def field_problem(tool: Tool, name: str, value: Any) -> str | None:
-    """What is wrong with one argument's value by its own schema; None if nothing."""
-    properties = tool.parameters.get("properties") or {}
-    if name not in properties:
-        return f"{tool.name} has no argument {name!r}"
-    root = {k: v for k, v in tool.parameters.items() if k in ("$defs", "definitions")}
-    schema = properties[name]
-    validator = Draft202012Validator({**root, **schema} if isinstance(schema, dict) else schema)
-    error = best_match(validator.iter_errors(value))
-    return None if error is None else error.message[:300]
+def schema_problem(tool: Tool, args: dict[str, Any]) -> EditRefused | None:
+    """What the tool's whole schema finds wrong with `args` first, naming the argument to
+    blame where there is one; None if nothing."""
+    try:
+        error = best_match(Draft202012Validator(tool.parameters).iter_errors(args))
+    except Exception as exc:  # a schema the validator cannot follow ($ref it cannot resolve)
+        return EditRefused(f"{tool.name}'s schema cannot check these arguments ({exc})"[:300])
+    if error is None:
+        return None
+    if error.absolute_path:
+        return EditRefused(error.message[:300], str(error.absolute_path[0]))
+    blamed: list[str] = []
+    if error.validator == "required":
+        blamed = [n for n in error.validator_value if n not in args]
+    elif error.validator == "additionalProperties":
+        blamed = [n for n in args if n not in (tool.parameters.get("properties") or {})]
+    return EditRefused(error.message[:300], blamed[0] if blamed else None)
 
 
 def check_edit(
     tool: Tool, policy: Policy, requester_roles: frozenset[str], args: dict[str, Any]
 ) -> dict[str, Any]:
     """The edited arguments as the tool takes them, or EditRefused naming the field."""
-    for name, value in args.items():
-        problem = field_problem(tool, name, value)
-        if problem is not None:
-            raise EditRefused(problem, name)
+    problem = schema_problem(tool, args)
+    if problem is not None:
+        raise problem
     try:
         checked = tool.validate(args)
     except ArgumentError as exc:
-        missing = [n for n in tool.parameters.get("required") or [] if n not in args]
-        raise EditRefused(exc.message, missing[0] if missing else None) from None
+        raise EditRefused(exc.message) from None
     denial = policy.authorize(tool.name, requester_roles, checked)
     if denial is not None:
         raise EditRefused(denial.reason, denial.argument)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -153,3 +154,32 @@ def edit_modal_for(args: dict[str, Any]) -> dict[str, Any]:
         expires_at=1.0,
     )
     return edit_modal(request, TOOL, "{}", high_risk=False)
+
+
+def test_a_schema_with_references_is_checked_whole_and_names_the_field() -> None:
+    """Checking one argument against a fragment of the schema broke a `$ref` to a sibling
+    (an uncaught error before the modal's answer); the whole schema is checked instead."""
+    registry = ToolRegistry()
+    tool = register_tool(
+        name="ref_tool",
+        description="Uses a $ref.",
+        effect="write",
+        parameters={
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"$ref": "#/properties/a"}},
+            "required": ["a"],
+        },
+        handler=lambda ctx, args: "ok",
+        registry=registry,
+    )
+    policy = Policy.default(registry)
+    assert check_edit(tool, policy, frozenset({"everyone"}), {"a": "x", "b": "y"}) == {
+        "a": "x",
+        "b": "y",
+    }
+    with pytest.raises(EditRefused) as refused:
+        check_edit(tool, policy, frozenset({"everyone"}), {"a": "x", "b": 3})
+    assert refused.value.field == "b"
+    with pytest.raises(EditRefused) as refused:
+        check_edit(tool, policy, frozenset({"everyone"}), {"b": "y"})
+    assert refused.value.field == "a"

@@ -349,7 +349,6 @@ def request_approval(
         request.id,
         job_id=rt.expiry_job_id(request.id),
     )
-    reminders.schedule(rt, request)
     rt.events.append(
         run.id,
         "approval_requested",
@@ -396,6 +395,8 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
             run.repeated.clear()
     if asked:
         rt.surface(run).approvals_requested(run, asked)
+        for request, _ in asked:  # once the cards exist: a reminder links to them
+            reminders.schedule(rt, request)
     if any(c.state == "pending" for c in run.turn):
         rt.surface(run).progress(run, "Waiting for approval")
         return Suspend()

@@ -59,13 +59,19 @@ def remind(rt: runtime.Runtime, approval_id: str) -> str:
 
 
 def escalate(rt: runtime.Runtime, approval_id: str) -> str:
-    if not rt.approvals.escalate(approval_id):
-        return "decided"
+    request = rt.approvals.find(approval_id)
+    if request is None:
+        return "missing"
+    try:
+        to = list(rt.policy.rule(request.tool).escalate_to)
+    except KeyError:  # the policy no longer names the tool: nobody to escalate to
+        return "no rule"
+    if not to or not rt.approvals.escalate(approval_id):
+        return "decided" if to else "no rule"
     request = rt.approvals.get(approval_id)
     run = rt.store.find(request.run_id)
     if run is None:
         return "missing"
-    to = list(rt.policy.rule(request.tool).escalate_to)
     rt.events.append(run.id, "approval_escalated", approval_id=approval_id, to=to)
     log.info("approval_escalated", approval_id=approval_id, to=to)
     rt.surface(run).approval_reminder(run, request, escalated=True)

@@ -13,6 +13,7 @@ from approvals.edits import EditRefused, changes, check_edit
 from tools import valid_unicode
 from worker import metrics, profiles
 from worker.limits import LimitExceeded
+from worker.roles import RolesUnavailable
 from worker.run import Requester, Run, RunStatus, new_run_id
 from worker.runtime import Runtime
 
@@ -212,7 +213,13 @@ def checked_edit(rt: Runtime, request: ApprovalRequest, args: dict[str, Any]) ->
     run = rt.store.find(request.run_id)
     if tool is None or run is None:
         raise EditRefused(f"{request.tool} can no longer be run")
-    return check_edit(tool, rt.policy, frozenset(run.requester.roles), args)
+    try:  # the requester's roles as they are now, as the worker will check them
+        roles = rt.roles(run.requester) if rt.roles is not None else frozenset(run.requester.roles)
+    except RolesUnavailable:
+        raise EditRefused(
+            "Slack could not confirm the requester's user groups; try again"
+        ) from None
+    return check_edit(tool, rt.policy, roles, args)
 
 
 class CancelResult(StrEnum):
