@@ -71,6 +71,13 @@ def fields(tool: Tool, args: dict[str, Any]) -> list[Field]:
     return found
 
 
+def unlisted(tool: Tool, args: dict[str, Any]) -> list[str]:
+    """Proposed arguments the schema does not list (it allows others): never editable,
+    always kept, and named in the modal so the approver knows they are there."""
+    properties = tool.parameters.get("properties") or {}
+    return [name for name in args if name not in properties]
+
+
 def kind_of(schema: dict[str, Any], value: Any) -> str:
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
@@ -109,6 +116,9 @@ def edit_modal(
             blocks.append(input_block(field, request.args))
     if fixed:
         blocks.append(context(m.EDIT_FIXED.format(names=escape(", ".join(fixed)))))
+    others = unlisted(tool, request.args)
+    if others:
+        blocks.append(context(m.EDIT_UNLISTED.format(names=escape(", ".join(others)))))
     return modal(
         m.MODAL_EDIT_TITLE,
         blocks,
@@ -215,6 +225,8 @@ def read_edit(
             errors[field.block_id] = m.EDIT_REQUIRED
     if errors:
         return None, errors
+    for name in unlisted(tool, args):  # arguments the schema allows but does not list: kept
+        out[name] = args[name]
     if len(canonical_json(out).encode()) > MAX_ARGUMENT_BYTES:
         first = fields(tool, args)[0].block_id if fields(tool, args) else "a0"
         return None, {first: m.EDIT_TOO_LARGE.format(limit=MAX_ARGUMENT_BYTES)}
@@ -229,7 +241,13 @@ def read_value(field: Field, state: dict[str, Any], old: Any) -> tuple[bool, Any
             return False, None
         raw = chosen.get("value")
         enum = field.schema.get("enum") or []
-        if not (isinstance(raw, str) and raw.isdigit() and len(raw) < 4 and int(raw) < len(enum)):
+        if not (
+            isinstance(raw, str)
+            and raw.isascii()
+            and raw.isdigit()
+            and len(raw) < 4
+            and int(raw) < len(enum)
+        ):
             raise Refused(m.EDIT_NOT_AN_OPTION)
         return True, enum[int(raw)]
     if field.kind == "boolean":

@@ -44,6 +44,7 @@ EDIT_INTRO = (
 )
 EDIT_HIGH_RISK = ":warning: *{tool}* is high-risk: submitting this form is your confirmation."
 EDIT_FIXED = "Kept as proposed (too long to edit here): {names}"
+EDIT_UNLISTED = "Kept as proposed (not in the tool's schema, so not editable here): {names}"
 EDIT_REQUIRED = "This field is required."
 EDIT_NOT_AN_OPTION = "Choose one of the options."
 EDIT_NOT_TEXT = "This must be text."
