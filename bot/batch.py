@@ -20,6 +20,7 @@ from bot.blocks import (
     EDIT,
     REJECT,
     REJECT_ALL,
+    SHOW_ARGS,
     Message,
     actions,
     approve_button,
@@ -31,7 +32,7 @@ from bot.blocks import (
     outcome_text,
     section,
 )
-from bot.mrkdwn import cut, date, escape, mention, pretty_json
+from bot.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
 from worker import service
 
 log = structlog.get_logger(__name__)
@@ -56,8 +57,12 @@ def batch_card(
         header(m.BATCH_HEADER.format(count=len(requests))),
         section(m.BATCH_ASKED.format(user=mention(first.requester), count=len(requests))),
     ]
+    hidden: set[str] = set()  # items whose arguments the card does not show in full
     for n, request in enumerate(requests[:ITEMS_PER_CARD], start=1):
-        args_text, _ = pretty_json(request.args)
+        args_text, was_cut = pretty_json(request.args)
+        bidi = has_bidi(args_text)
+        if len(args_text) > ITEM_ARGS:
+            args_text, was_cut = args_text[:ITEM_ARGS] + "\n…", True
         described = ((descriptions or {}).get(request.tool, "").strip().splitlines() or [""])[0]
         blocks.append(
             section(
@@ -65,20 +70,28 @@ def batch_card(
                     n=n, tool=escape(request.tool), description=cut(escape(described), 300)
                 )
                 + "\n"
-                + code_block(cut(args_text, ITEM_ARGS))
+                + code_block(args_text)
             )
         )
+        notes = [m.CARD_BIDI] if bidi else []
+        if was_cut:
+            notes.append(m.CARD_ARGS_CUT)
         if request.decided:
-            blocks.append(context(outcome_text(request)))
-        else:
-            blocks.append(
-                actions(
-                    approve_button(request, high_risk=request.tool in high_risk),
-                    button(m.EDIT, EDIT, request.id),
-                    button(m.REJECT, REJECT, request.id, style="danger"),
-                    block_id=f"sb_item_{n}",
-                )
-            )
+            notes.append(outcome_text(request))
+        if notes:
+            blocks.append(context(*notes))
+        elements = []
+        if not request.decided:
+            elements = [
+                approve_button(request, high_risk=request.tool in high_risk),
+                button(m.EDIT, EDIT, request.id),
+                button(m.REJECT, REJECT, request.id, style="danger"),
+            ]
+        if was_cut or bidi:
+            hidden.add(request.id)
+            elements.append(button(m.SHOW_ALL, SHOW_ARGS, request.id))
+        if elements:
+            blocks.append(actions(*elements, block_id=f"sb_item_{n}"))
     notes = [m.CARD_WHO.format(approvers=escape(approvers), expires=date(first.expires_at))]
     if elsewhere:
         notes.append(elsewhere)
@@ -86,10 +99,14 @@ def batch_card(
     pending = [r for r in requests if not r.decided]
     if pending:
         confirm = None
-        if any(r.tool in high_risk for r in pending):
+        unseen = sum(r.id in hidden for r in pending)
+        risky = any(r.tool in high_risk for r in pending)
+        if unseen or risky:
             confirm = confirm_dialog(
                 m.CONFIRM_APPROVE_TITLE,
-                m.BATCH_CONFIRM.format(count=len(pending)),
+                m.BATCH_CONFIRM.format(count=len(pending))
+                + (m.BATCH_CONFIRM_RISKY if risky else "")
+                + (m.BATCH_CONFIRM_HIDDEN.format(count=unseen) if unseen else ""),
                 m.CONFIRM_APPROVE_YES,
                 m.CONFIRM_APPROVE_NO,
             )

@@ -16,7 +16,12 @@ REJECT_ALL = "Reject all"
 BATCH_HEADER = "Approvals needed: {count} calls"
 BATCH_ASKED = "{user} asked to run these {count} calls. Decide each, or all at once."
 BATCH_ITEM = "*{n}. {tool}*: {description}"
-BATCH_CONFIRM = "Approve all {count} pending calls? Some are high-risk."
+BATCH_CONFIRM = "Approve all {count} pending calls?"
+BATCH_CONFIRM_RISKY = " Some are high-risk."
+BATCH_CONFIRM_HIDDEN = (
+    " {count} of them have arguments this card does not show in full: read them with "
+    "Show all first."
+)
 BATCH_FALLBACK = "Approvals needed: {user} asked to run {count} calls"
 BATCH_NOTHING_LEFT = "Nothing in this batch is waiting any more."
 REMIND_DM = (
