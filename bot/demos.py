@@ -8,7 +8,7 @@ import structlog
 
 from bot import messages as m
 from bot.mrkdwn import escape
-from worker.demos import DemoError, TaskLibrary, candidate_from_run
+from worker.library import DemoError, TaskLibrary, candidate_from_run
 from worker.run import Run
 from worker.runtime import Runtime
 

@@ -12,7 +12,7 @@ from switchboard.redisconn import connect
 from switchboard.settings import Config
 from tools import OperatorError, Policy, load_modules, registry
 from worker.budgets import PriceTable
-from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
+from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import ModelClient
 from worker.profiles import load_instructions
