@@ -53,10 +53,9 @@ def _help(parser: argparse.ArgumentParser) -> int:
 
 def _library(config: Config) -> tuple[Runtime, TaskLibrary]:
     rt = open_runtime(config)
-    library = getattr(rt.demos, "library", None)  # None when demonstrations are turned off
-    if library is None:
-        library = task_library(config, rt)
-    return rt, library
+    if rt.demos is None:  # demonstrations are turned off
+        return rt, task_library(config, rt)
+    return rt, rt.demos.library
 
 
 def cmd_check(config: Config, args: argparse.Namespace) -> int:
