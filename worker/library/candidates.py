@@ -1,5 +1,6 @@
 """A completed run as a candidate demonstration: its successful calls, turn by turn, and its
-answer."""
+answer. Whether a call succeeded is the outcome the executor recorded on the run; runs saved
+before outcomes were recorded are read by the prefixes of their observations."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import json
 
 from worker.library.library import Call, DemoError, Demonstration
 from worker.run import Run, RunStatus
+
+# How observations of calls that did not succeed began, before outcomes were recorded
+# (worker/loop.py and worker/executor.py still write them so; only old runs are read by them).
+LEGACY_FAILURE_PREFIXES = ("Error:", "Not run:", "Outcome unknown")
 
 
 def candidate_from_run(run: Run) -> Demonstration:
@@ -23,7 +28,7 @@ def candidate_from_run(run: Run) -> Demonstration:
         calls = []
         for tc in message.get("tool_calls") or []:
             result = results.get(tc["id"], "")
-            if result.startswith(("Error:", "Not run:", "Outcome unknown")):
+            if not succeeded(run, tc["id"], result):
                 continue
             try:
                 args = json.loads(tc["function"]["arguments"] or "{}")
@@ -43,3 +48,17 @@ def candidate_from_run(run: Run) -> Demonstration:
         status="candidate",
         source_run=run.id,
     )
+
+
+def succeeded(run: Run, call_id: str, result: str) -> bool:
+    """The call ran and its tool succeeded. A call with no recorded outcome never reached a
+    tool (refused, invalid, repeated)."""
+    if run.outcomes is None:
+        return legacy_succeeded(result)
+    return run.outcomes.get(call_id, False)
+
+
+def legacy_succeeded(result: str) -> bool:
+    """For runs saved before outcomes were recorded (`Run.outcomes` is None): what the call's
+    observation begins with."""
+    return not result.startswith(LEGACY_FAILURE_PREFIXES)
