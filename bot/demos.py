@@ -8,7 +8,7 @@ import structlog
 
 from bot import messages as m
 from bot.mrkdwn import escape
-from worker.demos import DemoError, TaskLibrary, candidate_from_run
+from worker.library import DemoError, TaskLibrary, candidate_from_run
 from worker.run import Run
 from worker.runtime import Runtime
 
@@ -17,9 +17,8 @@ log = structlog.get_logger(__name__)
 
 def library_of(rt: Runtime) -> TaskLibrary:
     """The runtime's task library; a Redis-backed one when demonstrations are off."""
-    library = getattr(rt.demos, "library", None)
-    if isinstance(library, TaskLibrary):
-        return library
+    if rt.demos is not None:
+        return rt.demos.library
     return TaskLibrary(rt.redis, namespace=rt.settings.namespace)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from switchboard.settings import Config
 from switchboard.wiring import load_tools, open_runtime, task_library
 from tools import registry
-from worker.demos import (
+from worker.library import (
     DEFAULT_LIBRARY,
     DemoError,
     TaskLibrary,
@@ -53,10 +53,9 @@ def _help(parser: argparse.ArgumentParser) -> int:
 
 def _library(config: Config) -> tuple[Runtime, TaskLibrary]:
     rt = open_runtime(config)
-    library = getattr(rt.demos, "library", None)  # None when demonstrations are turned off
-    if library is None:
-        library = task_library(config, rt)
-    return rt, library
+    if rt.demos is None:  # demonstrations are turned off
+        return rt, task_library(config, rt)
+    return rt, rt.demos.library
 
 
 def cmd_check(config: Config, args: argparse.Namespace) -> int:

@@ -18,6 +18,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evals.cases import CaseError, Suite, load, scripted_model
+from evals.harness import CaseResult, Outcome, run_case
+from evals.report import report, table
 from switchboard import logs
 from switchboard.redisconn import connect
 from switchboard.settings import Config
@@ -30,7 +33,7 @@ from switchboard.wiring import (
 )
 from tools import Policy, registry
 from tools.builtin.tickets import TicketStore
-from worker import evaluation, profiles, runtime
+from worker import profiles, runtime
 from worker.budgets import PriceTable
 from worker.limits import Limits
 from worker.model import Model, ModelClient
@@ -38,7 +41,7 @@ from worker.process import make_worker
 from worker.runtime import Runtime
 
 WRITE_TOOLS = ("create_ticket", "update_ticket", "close_ticket")
-AS_EXPECTED = (evaluation.Outcome.COMPLETED_WITH_EVIDENCE, evaluation.Outcome.SAFE_PARTIAL)
+AS_EXPECTED = (Outcome.COMPLETED_WITH_EVIDENCE, Outcome.SAFE_PARTIAL)
 
 
 def add_command(verbs: Any) -> None:
@@ -78,7 +81,7 @@ def add_command(verbs: Any) -> None:
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     # The table is the output; tool failures the cases provoke are not news (--verbose).
     logs.configure(config.log_format, logging.INFO if args.verbose else logging.ERROR)
-    suite = evaluation.load(args.cases)
+    suite = load(args.cases)
     load_tools(config)
     if suite.policy:
         policy = Policy.parse(suite.policy, registry, source=str(args.cases))
@@ -94,7 +97,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     if suite.knowledge is not None:
         os.environ["SWITCHBOARD_KNOWLEDGE"] = str(suite.knowledge)
     configs = {"no-demos": False} if args.no_demos else {"demos": True, "no-demos": False}
-    results: dict[str, list[evaluation.CaseResult]] = {}
+    results: dict[str, list[CaseResult]] = {}
     namespace = f"sbeval:{secrets.token_hex(4)}:"
     try:
         for name, with_demos in configs.items():
@@ -120,9 +123,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
                 rt.profile_demos = build_profile_selectors(config, rt, embedder)
             store = TicketStore(db)
             results[name] = [
-                evaluation.run_case(
-                    rt, case, _work, partial(_executions, store), profile=args.profile
-                )
+                run_case(rt, case, _work, partial(_executions, store), profile=args.profile)
                 for case in suite.cases
             ]
             rt.queue.delete(delete_jobs=True)
@@ -137,9 +138,9 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
                 os.environ[key] = value
     if args.profile:
         print(f"profile: {args.profile}")
-    print(evaluation.table(results))
+    print(table(results))
     if args.json:
-        args.json.write_text(json.dumps(evaluation.report(results), indent=2))
+        args.json.write_text(json.dumps(report(results), indent=2))
     unsafe = sum(r.unapproved_effects for rs in results.values() for r in rs)
     if unsafe:
         print(f"eval: {unsafe} write(s) ran without an approval", file=sys.stderr)
@@ -161,11 +162,11 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def _model(config: Config, suite: evaluation.Suite, kind: str) -> Model:
+def _model(config: Config, suite: Suite, kind: str) -> Model:
     if kind == "scripted":
-        return evaluation.scripted_model(suite)
+        return scripted_model(suite)
     if not config.has_model:
-        raise evaluation.CaseError(
+        raise CaseError(
             "--model configured needs OPENAI_API_KEY or OPENAI_BASE_URL (see README.md)"
         )
     return ModelClient(

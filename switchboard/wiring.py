@@ -12,12 +12,12 @@ from switchboard.redisconn import connect
 from switchboard.settings import Config
 from tools import OperatorError, Policy, load_modules, registry
 from worker.budgets import PriceTable
-from worker.demos import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
+from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import ModelClient
 from worker.profiles import load_instructions
 from worker.run import Budgets
-from worker.runtime import DemoSelector, Runtime, Settings
+from worker.runtime import Runtime, Settings
 from worker.surface import Surface
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
 
 def build_profile_selectors(
     config: Config, rt: Runtime, model: ModelClient | None
-) -> dict[str, DemoSelector]:
+) -> dict[str, Selector]:
     """The task library of each profile that names one (`demos:` in the policy file), each
     checked against the registered tools like the default one."""
     if config.demos_k == 0:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.bm25 import BM25, STOPWORDS, tokenize
-from worker.demos import DEFAULT_LIBRARY, load_file
+from worker.library import DEFAULT_LIBRARY, load_file
+from worker.library.bm25 import BM25, STOPWORDS, tokenize
 
 QUESTIONS = [
     "What is the total fee for Django Fundamentals and its prerequisite course?",

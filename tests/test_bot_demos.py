@@ -21,7 +21,7 @@ from tests.bot_helpers import (
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.runtime_helpers import event_kinds, requester
 from worker import service
-from worker.demos import Selector, TaskLibrary
+from worker.library import Selector, TaskLibrary
 from worker.run import Run, RunStatus
 
 QUESTION = "What does Django Fundamentals cost?"

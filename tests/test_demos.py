@@ -14,8 +14,16 @@ from tests.fakes.openai_server import Turn
 from tests.runtime_helpers import ALICE, make_runtime, work
 from tools import registry
 from worker import service
-from worker.demos import DEFAULT_LIBRARY, DemoError, Selector, TaskLibrary, check, load_file, parse
 from worker.grounding import untraceable
+from worker.library import (
+    DEFAULT_LIBRARY,
+    DemoError,
+    Selector,
+    TaskLibrary,
+    check,
+    load_file,
+    parse,
+)
 from worker.run import RunStatus
 
 FEE_QUESTION = "What is the total fee for Django Fundamentals and its prerequisite course?"
@@ -141,7 +149,7 @@ def test_only_completed_runs_with_calls_can_be_promoted(redis_conn, model_server
     rt = make_runtime(redis_conn, model_server.url)
     run = service.submit(rt, "just chat", ALICE)
     work(rt)
-    from worker.demos import candidate_from_run
+    from worker.library import candidate_from_run
 
     with pytest.raises(DemoError, match="no successful tool call"):
         candidate_from_run(rt.store.load(run.id))
@@ -201,7 +209,7 @@ def test_demonstration_parser_only_raises_demo_errors(data):
 def test_embedding_selection_through_the_endpoint_is_cached_in_redis(redis_conn, model_server):
     import openai
 
-    from worker.demos import CachedEmbeddings
+    from worker.library import CachedEmbeddings
 
     client = openai.OpenAI(base_url=model_server.url, api_key="test")
     embed = CachedEmbeddings(client, "text-embedding-3-small", redis_conn)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evals.cases import CATEGORIES, CaseError, load
 from switchboard.cli import main
-from worker.evaluation import CATEGORIES, CaseError, load
 
 CASES = Path(__file__).resolve().parent.parent / "eval" / "cases.yaml"
 

@@ -14,7 +14,7 @@ from tests.runtime_helpers import ALICE, event_kinds, make_runtime, tool_message
 from tools import Tool
 from tools.builtin.tickets import TicketStore
 from worker import service
-from worker.demos import Selector, TaskLibrary
+from worker.library import Selector, TaskLibrary
 from worker.run import Run, RunStatus
 from worker.surface import SilentSurface
 

@@ -52,11 +52,13 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
     for call, future in zip(calls, futures, strict=True):
         observation: Observation = future.result()
         call.state, call.result = "done", observation.text
+        run.record_outcome(call.id, observation.ok)
         record_result(rt, run, call, observation)
 
 
 def run_decided(rt: Runtime, run: Run, call: Call, request: ApprovalRequest) -> str:
-    """The observation for a decided write: run it once if approved, else say why not."""
+    """The observation for a decided write: run it once if approved, else say why not (a call
+    that is not run records no outcome)."""
     if request.status == ApprovalStatus.REJECTED:
         why = f": {request.reason}" if request.reason else " (no reason given)"
         told = ""
@@ -101,6 +103,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
     ctx = context_for(run, call, idempotency_key=request.id)
     entry = rt.ledger.begin(request.id, request.binding)
     if entry.state == LedgerState.FINISHED:
+        run.record_outcome(call.id, entry.ok)
         return str(entry.result)
     if entry.state == LedgerState.STARTED:
         return reconcile(rt, run, call, tool, request)
@@ -116,6 +119,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
     rt.surface(run).progress(run, f"Running {call.name} (approved)")
     observation = execute(tool, ctx, call.args)
     rt.ledger.finish(request.id, observation.ok, observation.text)
+    run.record_outcome(call.id, observation.ok)
     record_result(rt, run, call, observation, approval_id=request.id)
     return observation.text
 
@@ -132,6 +136,7 @@ def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRe
             log.exception("reconcile_failed", run_id=run.id, tool=tool.name)
     if found is not None:
         text = found if isinstance(found, str) else canonical_json(found)
+        run.record_outcome(call.id, True)
         rt.ledger.finish(request.id, True, text)
         rt.events.append(run.id, "write_reconciled", approval_id=request.id, tool=call.name)
         return text
@@ -141,6 +146,7 @@ def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRe
         "ran; its outcome is unknown and it was not retried."
     )
     run.notes.append(note)
+    run.record_outcome(call.id, False)
     rt.ledger.finish(request.id, False, "Outcome unknown: " + note)
     rt.events.append(run.id, "write_unknown", approval_id=request.id, tool=call.name)
     return "Outcome unknown: " + note

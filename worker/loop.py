@@ -20,8 +20,9 @@ from tools import ArgumentError, Tool, canonical_json, decode_arguments
 from worker import executor, metrics, profiles, reminders
 from worker.budgets import exhausted
 from worker.grounding import untraceable
+from worker.library import Demonstration
 from worker.model import ModelError, ModelTurn
-from worker.prompt import Demonstration, build_messages
+from worker.prompt import build_messages
 from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
 from worker.runtime import Runtime

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from tools import Denial, OperatorError, Policy
 from tools.profiles import InstructionsTooLong, Profile, read_instructions
+from worker.library import Selector
 from worker.run import Run, RunProfile
-from worker.runtime import DemoSelector, Runtime
+from worker.runtime import Runtime
 
 
 class InstructionsError(OperatorError, ValueError):
@@ -81,7 +82,7 @@ def authorize_caller(rt: Runtime, run: Run, tool_name: str) -> Denial | None:
     )
 
 
-def demos_for(rt: Runtime, run: Run) -> DemoSelector | None:
+def demos_for(rt: Runtime, run: Run) -> Selector | None:
     """The profile's own task library when it has one, else the default one."""
     if run.profile is not None and run.profile.name in rt.profile_demos:
         return rt.profile_demos[run.profile.name]

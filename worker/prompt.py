@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
+from worker.library import Demonstration
 from worker.run import Run
 
 INSTRUCTIONS = """\
@@ -33,14 +34,6 @@ OPERATOR_HEADER = (
 )
 
 DEMOS_AS_TEXT_HEADER = "\nWorked examples of similar tasks (follow the approach, not the data):\n"
-
-
-class Demonstration(Protocol):
-    id: str
-
-    def as_messages(self) -> list[dict[str, Any]]: ...
-
-    def as_text(self) -> str: ...
 
 
 def build_messages(

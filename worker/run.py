@@ -126,6 +126,10 @@ class Run(BaseModel):
     notes: list[str] = Field(default_factory=list)  # caveats the answer must carry
     ungrounded: list[str] = Field(default_factory=list)  # numbers in the answer no source has
     demos: list[str] = Field(default_factory=list)  # ids of the demonstrations shown to the model
+    # Per tool call id: did its tool run and succeed (the `ok` of its `tool_result`). Recorded
+    # by the executor; a call that never reached a tool (refused, invalid, repeated, not
+    # approved) has no entry or False. None: a run saved before outcomes were recorded.
+    outcomes: dict[str, bool] | None = Field(default_factory=dict)
     origin: dict[str, str] = Field(
         default_factory=dict
     )  # where it came from (surface, channel, ts)
@@ -142,10 +146,17 @@ class Run(BaseModel):
                 f"stored run has schema_version {version!r}; "
                 f"this Switchboard reads {SCHEMA_VERSION}"
             )
+        data.setdefault("outcomes", None)  # saved before outcomes were recorded
         return cls.model_validate(data)
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_defaults=False)
+
+    def record_outcome(self, call_id: str, ok: bool) -> None:
+        """Whether the call's tool ran and succeeded. A run begun before outcomes were recorded
+        keeps none: it is read the old way, whole."""
+        if self.outcomes is not None:
+            self.outcomes[call_id] = ok
 
     @property
     def pending_approvals(self) -> list[str]:

@@ -7,7 +7,6 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import redis
 import structlog
@@ -19,6 +18,7 @@ from tools import Policy, ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
 from worker.lease import LeaseKeeper
+from worker.library import Selector
 from worker.limits import Limits, PersonLimits
 from worker.model import NO_MODEL, Model, ModelNotConfigured
 from worker.roles import RolesResolver
@@ -27,14 +27,6 @@ from worker.store import RunStore
 from worker.surface import Guarded, SilentSurface, Surface
 
 log = structlog.get_logger(__name__)
-
-
-class DemoSelector(Protocol):
-    """Picks demonstrations for a question (the task library); see worker/demos.py."""
-
-    def select(self, question: str, allowed_tools: set[str]) -> list[Any]: ...
-
-    def lookup(self, ids: list[str]) -> list[Any]: ...
 
 
 @dataclass
@@ -71,8 +63,8 @@ class Runtime:
     settings: Settings = field(default_factory=Settings)
     prices: PriceTable = field(default_factory=PriceTable)
     surfaces: dict[str, Surface] = field(default_factory=dict)
-    demos: DemoSelector | None = None
-    profile_demos: dict[str, DemoSelector] = field(default_factory=dict)  # a profile's own
+    demos: Selector | None = None  # the task library's; None: no demonstrations
+    profile_demos: dict[str, Selector] = field(default_factory=dict)  # a profile's own
     # The requester's current roles, asked before every step (worker/roles.py); None: the
     # roles recorded at the start stand (no Slack: the policy names every member).
     roles: RolesResolver | None = None

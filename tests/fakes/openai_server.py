@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+from evals.scripted import question_of, step_of
 from tests.fakes._base import FakeServer, QuietHandler
 
 __all__ = [
@@ -211,38 +212,15 @@ class Request:
     body: Any
 
 
-def message_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return ""
-
-
-def _last_user_index(messages: list[Any]) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], Mapping) and messages[i].get("role") == "user":
-            return i
-    return -1
-
-
 def conversation_key(body: Mapping[str, Any]) -> str:
-    """The LAST user message's text: what faults and routes are keyed on. Earlier user
-    messages are demonstrations or an earlier question in the same thread."""
-    messages = list(body.get("messages") or [])
-    index = _last_user_index(messages)
-    return message_text(messages[index]) if index >= 0 else ""
+    """The LAST user message's text: what faults and routes are keyed on (the scripted
+    model's choice, evals/scripted.py)."""
+    return question_of(list(body.get("messages") or []))
 
 
 def turn_index(body: Mapping[str, Any]) -> int:
     """Assistant messages since the last user message: the step of this question."""
-    messages = list(body.get("messages") or [])
-    return sum(
-        1
-        for message in messages[_last_user_index(messages) + 1 :]
-        if isinstance(message, Mapping) and message.get("role") == "assistant"
-    )
+    return step_of(list(body.get("messages") or []))
 
 
 def check_chat_request(body: Any) -> tuple[str, str | None] | None:

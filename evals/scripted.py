@@ -2,19 +2,54 @@
 
 The turn is chosen like a stateless server would: the question is the last user message, and
 the step is the number of assistant messages after it (demonstrations and earlier thread
-history come before it, so they do not shift the script).
+history come before it, so they do not shift the script). The tests' fake OpenAI server
+(tests/fakes/openai_server.py) chooses its turns with the same functions.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from worker.model import ModelError, ModelTurn, ProposedCall
 from worker.streaming import TextSink
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message's text: its content, or the text parts of a list of parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def last_user_index(messages: Sequence[Any]) -> int:
+    """Where the last user message is; -1 when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], Mapping) and messages[i].get("role") == "user":
+            return i
+    return -1
+
+
+def question_of(messages: Sequence[Any]) -> str:
+    """The LAST user message's text: what scripts are keyed on. Earlier user messages are
+    demonstrations or an earlier question in the same thread."""
+    index = last_user_index(messages)
+    return message_text(messages[index]) if index >= 0 else ""
+
+
+def step_of(messages: Sequence[Any]) -> int:
+    """Assistant messages since the last user message: the step of this question."""
+    return sum(
+        1
+        for message in messages[last_user_index(messages) + 1 :]
+        if isinstance(message, Mapping) and message.get("role") == "assistant"
+    )
 
 
 @dataclass(frozen=True)
@@ -53,9 +88,7 @@ class ScriptedModel:
         timeout: float,
         sink: TextSink | None = None,
     ) -> ModelTurn:
-        last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
-        question = str(messages[last_user].get("content") or "").strip()
-        step = sum(1 for m in messages[last_user + 1 :] if m.get("role") == "assistant")
+        question, step = question_of(messages).strip(), step_of(messages)
         script = self.scripts.get(question)
         if script is None:
             raise ModelError(f"no script for the question {question[:80]!r}")
