@@ -8,6 +8,8 @@ requests to a Bolt app (tests/fakes/slack_events.py) are re-exported here.
 
 It answers like Slack does (HTTP 200 with `ok: false` for API errors, 429 with
 Retry-After when rate limited) and enforces the Block Kit limits our rendering can hit.
+`apps.connections.open` (an app-level `xapp-` token) hands out Socket Mode URLs of a local
+gateway (tests/fakes/socket_gateway.py).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from tests.fakes.slack_events import (
     slash_command,
     view_submission,
 )
+from tests.fakes.socket_gateway import SocketGateway
 
 __all__ = [
     "BoltServer",
@@ -77,6 +80,9 @@ __all__ = [
 
 LOADING_MESSAGES = 10
 SUGGESTED_PROMPTS = 4
+
+# The methods that take an app-level token (xapp-) and no other kind, as on Slack.
+APP_TOKEN_METHODS = frozenset({"apps.connections.open"})
 
 # Form-encoded clients send these as JSON strings.
 JSON_FIELDS = (
@@ -154,9 +160,12 @@ def _page(items: list[dict[str, Any]], args: Mapping[str, Any], default: int) ->
 class FakeSlack(FakeServer[Call]):
     """Slack's Web API on 127.0.0.1; `url` is the `base_url` for WebClient.
 
-    tokens: accepted tokens (default: any `xoxb-`/`xoxp-` token). users: user id ->
-    fields merged into users.info answers (unknown U/W ids get a plausible user).
-    usergroups: [{"id", "handle", "name", "users": [...]}].
+    tokens: accepted tokens (default: any `xoxb-`/`xoxp-` token, and `xapp-` app-level
+    tokens, which only `apps.connections.open` takes). users: user id -> fields merged into
+    users.info answers (unknown U/W ids get a plausible user). usergroups: [{"id",
+    "handle", "name", "users": [...]}]. gateway: the Socket Mode gateway whose URLs
+    `apps.connections.open` hands out (default: one FakeSlack starts on first use and
+    stops with itself).
     """
 
     def __init__(
@@ -169,9 +178,12 @@ class FakeSlack(FakeServer[Call]):
         bot_user_id: str = BOT_USER_ID,
         bot_id: str = BOT_ID,
         app_id: str = APP_ID,
+        gateway: SocketGateway | None = None,
     ) -> None:
         super().__init__()
         self.tokens = set(tokens) if tokens is not None else None
+        self._gateway = gateway
+        self._own_gateway: SocketGateway | None = None
         self.team_id = team_id
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
@@ -193,6 +205,24 @@ class FakeSlack(FakeServer[Call]):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api/"
+
+    @property
+    def gateway(self) -> SocketGateway:
+        """The Socket Mode gateway `apps.connections.open` points at (started on first use
+        when none was given; it stops with FakeSlack then)."""
+        with self._cond:
+            if self._gateway is None:
+                self._gateway = self._own_gateway = SocketGateway(app_id=self.app_id).start()
+            return self._gateway
+
+    def stop(self) -> None:
+        super().stop()
+        with self._cond:
+            own, self._own_gateway = self._own_gateway, None
+            if own is not None:
+                self._gateway = None
+        if own is not None:
+            own.stop()
 
     # knobs -----------------------------------------------------------------------------
 
@@ -408,6 +438,8 @@ class FakeSlack(FakeServer[Call]):
             return 200, {"ok": False, "error": "not_authed"}, {}
         if not self._valid_token(token):
             return 200, {"ok": False, "error": "invalid_auth"}, {}
+        if token.startswith("xapp-") != (method in APP_TOKEN_METHODS):
+            return 200, {"ok": False, "error": "not_allowed_token_type"}, {}
         failures = self._failures.get(method)
         if failures:
             return 200, failures.pop(0).payload(), {}
@@ -428,7 +460,7 @@ class FakeSlack(FakeServer[Call]):
     def _valid_token(self, token: str) -> bool:
         if self.tokens is not None:
             return token in self.tokens
-        return token.startswith(("xoxb-", "xoxp-"))
+        return token.startswith(("xoxb-", "xoxp-", "xapp-"))
 
     # stored state (call with the lock held) --------------------------------------------
 
@@ -592,6 +624,12 @@ def _auth_test(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, A
     if token.startswith("xoxb-"):
         answer["bot_id"] = fake.bot_id
     return answer
+
+
+@_method("apps.connections.open")
+def _apps_connections_open(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
+    """A Socket Mode URL with a fresh one-time ticket (checked by the gateway)."""
+    return {"url": fake.gateway.issue_url()}
 
 
 @_method("bots.info")
