@@ -17,6 +17,7 @@ import structlog
 
 from approvals import ApprovalRequest
 from worker import runtime
+from worker.events import EventKind
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +54,9 @@ def remind(rt: runtime.Runtime, approval_id: str) -> str:
     run = rt.store.find(request.run_id)
     if run is None:
         return "missing"
-    rt.events.append(run.id, "approval_reminded", approval_id=approval_id, tool=request.tool)
+    rt.events.append(
+        run.id, EventKind.APPROVAL_REMINDED, approval_id=approval_id, tool=request.tool
+    )
     rt.surface(run).approval_reminder(run, request, escalated=False)
     return "reminded"
 
@@ -66,7 +69,7 @@ def escalate(rt: runtime.Runtime, approval_id: str) -> str:
     if run is None:
         return "missing"
     to = list(rt.policy.rule(request.tool).escalate_to)
-    rt.events.append(run.id, "approval_escalated", approval_id=approval_id, to=to)
+    rt.events.append(run.id, EventKind.APPROVAL_ESCALATED, approval_id=approval_id, to=to)
     log.info("approval_escalated", approval_id=approval_id, to=to)
     rt.surface(run).approval_reminder(run, request, escalated=True)
     return "escalated"
