@@ -151,6 +151,19 @@ def cancel_requested(event: Event, offset: str) -> str:
     return m.EVENT_CANCEL.format(offset=offset, user=mention(str(event.data.get("by", ""))))
 
 
+def ungrounded_numbers(event: Event, offset: str) -> str:
+    numbers = ", ".join(str(n) for n in event.data.get("numbers") or [])
+    return m.EVENT_UNGROUNDED.format(offset=offset, numbers=one_line(numbers, 400))
+
+
+def write_reconciled(event: Event, offset: str) -> str:
+    return m.EVENT_WRITE_RECONCILED.format(offset=offset, tool=escape(str(event.data.get("tool"))))
+
+
+def write_unknown(event: Event, offset: str) -> str:
+    return m.EVENT_WRITE_UNKNOWN.format(offset=offset, tool=escape(str(event.data.get("tool"))))
+
+
 def ended(event: Event, offset: str) -> str:
     reason = event.data.get("reason")
     text = m.REASONS.get(str(reason), escape(str(reason))) if reason else ""
@@ -177,9 +190,6 @@ GENERIC: frozenset[EventKind] = frozenset(
         K.APPROVAL_REMINDED,
         K.APPROVAL_ESCALATED,
         K.EDIT_REFUSED,
-        K.UNGROUNDED_NUMBERS,
-        K.WRITE_RECONCILED,
-        K.WRITE_UNKNOWN,
     }
 )
 
@@ -195,6 +205,9 @@ RENDERERS: dict[str, Render] = {
     K.DECISION_REFUSED: decision_refused,
     K.DEMO_CANDIDATE_SAVED: demo_saved,
     K.CANCEL_REQUESTED: cancel_requested,
+    K.UNGROUNDED_NUMBERS: ungrounded_numbers,
+    K.WRITE_RECONCILED: write_reconciled,
+    K.WRITE_UNKNOWN: write_unknown,
     K.RUN_COMPLETED: ended,
     K.RUN_PARTIAL: ended,
     K.RUN_FAILED: ended,

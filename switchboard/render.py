@@ -178,6 +178,15 @@ def decision_refused(event: Event, offset: str) -> list[str]:
     return [f"{offset}  decision by {event.data.get('by')} refused: not an approver"]
 
 
+def cancel_requested(event: Event, offset: str) -> list[str]:
+    return [f"{offset}  cancel requested by {event.data.get('by')}"]
+
+
+def demo_saved(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [f"{offset}  saved as candidate demonstration {d.get('demo')} by {d.get('by')}"]
+
+
 def write(event: Event, offset: str) -> list[str]:
     d = event.data
     return [f"{offset}  {event.kind.replace('_', ' ')}: {d.get('tool')} ({d.get('approval_id')})"]
@@ -204,8 +213,6 @@ GENERIC: frozenset[EventKind] = frozenset(
         K.APPROVAL_REMINDED,
         K.APPROVAL_ESCALATED,
         K.EDIT_REFUSED,
-        K.CANCEL_REQUESTED,
-        K.DEMO_CANDIDATE_SAVED,
     }
 )
 
@@ -222,6 +229,8 @@ RENDERERS: dict[str, Render] = {
     K.SUSPENDED: suspended,
     K.UNGROUNDED_NUMBERS: ungrounded_numbers,
     K.DECISION_REFUSED: decision_refused,
+    K.CANCEL_REQUESTED: cancel_requested,
+    K.DEMO_CANDIDATE_SAVED: demo_saved,
     K.WRITE_STARTED: write,
     K.WRITE_RECONCILED: write,
     K.WRITE_UNKNOWN: write,
