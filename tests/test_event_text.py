@@ -151,7 +151,7 @@ def test_every_kind_has_a_sample() -> None:
 
 @pytest.mark.parametrize("surface", [slack, cli], ids=["slack", "cli"])
 def test_each_kind_has_a_renderer_or_is_deliberately_generic(surface: Any) -> None:
-    hidden = getattr(surface, "HIDDEN", frozenset())
+    hidden: frozenset[str] = getattr(surface, "HIDDEN", frozenset())
     assert not surface.GENERIC & set(surface.RENDERERS)
     assert set(surface.RENDERERS) | surface.GENERIC == set(EventKind)
     assert hidden <= set(surface.RENDERERS)
@@ -206,10 +206,18 @@ def hostile(value: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("kind", [*EventKind, "run_cancelled", "<!here>_from_<b>elsewhere"])
-def test_what_the_model_or_a_person_wrote_is_escaped_on_slack(kind: str) -> None:
-    data = hostile(SAMPLES.get(kind, {"reason": "cancelled", "detail": "by UALICE"}))
-    shown = slack.event_line(event(kind, data), START)
+@pytest.mark.parametrize(
+    ("kind", "data"),
+    [
+        *SAMPLES.items(),
+        ("run_cancelled", {"reason": "cancelled", "detail": "by UALICE"}),  # other versions
+        ("<!here>_from_<b>elsewhere", {"detail": "x"}),
+    ],
+)
+def test_what_the_model_or_a_person_wrote_is_escaped_on_slack(
+    kind: str, data: dict[str, Any]
+) -> None:
+    shown = slack.event_line(event(kind, hostile(data)), START)
     assert "<" not in shown and ">" not in shown, shown
     assert not re.search(r"&(?!amp;|lt;|gt;)", shown), shown
 
