@@ -84,9 +84,12 @@ def is_run_end(kind: str) -> bool:
     return kind.startswith("run_") and kind != EventKind.RUN_CREATED
 
 
-# Writers in files another change is reworking still pass these as strings (issue 13); once
-# they pass the EventKind, `append` takes only that.
-UnconvertedKind = Literal["decision_refused", "edit_refused"]
+# Writers on lines that changes in flight rework (bot/listeners.py, bot/edit.py, bot/demos.py,
+# `decide` in worker/service.py, `escalate` in worker/reminders.py) still pass these as strings
+# (issue 13); once they pass the EventKind, `append` takes only that.
+UnconvertedKind = Literal[
+    "decision_refused", "edit_refused", "demo_candidate_saved", "approval_escalated"
+]
 
 
 @dataclass(frozen=True)

@@ -160,9 +160,7 @@ def decide(
     if request.decided:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, request, approvers)
     if not may_decide(rt, request, decider_id, decider_roles):
-        rt.events.append(
-            request.run_id, EventKind.DECISION_REFUSED, approval_id=approval_id, by=decider_id
-        )
+        rt.events.append(request.run_id, "decision_refused", approval_id=approval_id, by=decider_id)
         return DecisionOutcome(DecisionResult.NOT_ALLOWED, request, approvers)
     edits = []
     if approve and edited_args is not None:
