@@ -43,6 +43,7 @@ from rq.serializers import JSONSerializer
 
 from tests.runtime_helpers import ALICE, make_runtime
 from worker import service
+from worker.events import EventKind, is_run_end
 from worker.run import RunStatus
 from worker.runtime import Runtime
 
@@ -189,9 +190,9 @@ def resume_latencies(rt: Runtime, ids: list[str], decisions: int) -> list[float]
         while time.monotonic() < deadline:  # follow the run's events until it ends
             for event in rt.events.wait(run_id, last, 5000):
                 last = event.id
-                if event.kind == "write_started":
+                if event.kind == EventKind.WRITE_STARTED:
                     started_at = event.at
-                if event.kind.startswith("run_"):
+                if is_run_end(event.kind):
                     deadline = 0
         if started_at is None:
             raise RuntimeError(f"run {run_id}: no write_started event after the approval")

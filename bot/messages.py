@@ -292,6 +292,14 @@ EVENT_REFUSED = "`+{offset}` {user} tried to decide but may not"
 EVENT_CANCEL = "`+{offset}` {user} asked to cancel"
 EVENT_END = "`+{offset}` *{status}*{why}"
 EVENT_DEMO_SAVED = "`+{offset}` saved as candidate demonstration `{demo_id}` by {user}"
+EVENT_UNGROUNDED = "`+{offset}` *figures not found* in any tool result or the question: {numbers}"
+EVENT_WRITE_RECONCILED = (
+    "`+{offset}` *{tool}* was interrupted while it ran; the tool reports it had finished"
+)
+EVENT_WRITE_UNKNOWN = (
+    "`+{offset}` *{tool}* was interrupted while it ran; its outcome is unknown and it was "
+    "not retried"
+)
 EVENT_OTHER = "`+{offset}` {kind}"
 
 # -- App Home --------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ from bot.blocks import (
     section,
     why,
 )
+from bot.event_text import event_line, short_code
 from bot.mrkdwn import (
     channel,
-    code,
     cut,
     date,
     duration,
@@ -208,107 +208,6 @@ def run_modal(
     if note:
         blocks.append(section(note))
     return modal(m.MODAL_RUN_TITLE, blocks)
-
-
-def event_line(event: Event, start: float) -> str:
-    """One event in words, every value that came from the model or a tool escaped."""
-    d = event.data
-    offset = f"{max(0.0, event.at - start):.2f}s"
-    kind = event.kind
-    if kind == "run_created":
-        return m.EVENT_ASKED.format(
-            offset=offset,
-            user=mention(str(d.get("user", ""))),
-            question=one_line(str(d.get("question", "")), 500),
-        )
-    if kind == "model_call":
-        lines = [
-            m.EVENT_MODEL.format(
-                offset=offset,
-                step=d.get("step"),
-                finish=escape(str(d.get("finish_reason"))),
-                tokens=int(d.get("prompt_tokens") or 0) + int(d.get("completion_tokens") or 0),
-                cost=float(d.get("cost") or 0.0),
-                seconds=float(d.get("seconds") or 0.0),
-            )
-        ]
-        if d.get("content"):
-            lines.append(m.EVENT_MODEL_SAYS.format(content=one_line(str(d["content"]), 500)))
-        for call in d.get("calls") or []:
-            lines.append(
-                m.EVENT_MODEL_CALL.format(
-                    tool=escape(str(call.get("name", ""))),
-                    args=short_code(call.get("arguments", ""), 300),
-                )
-            )
-        return "\n".join(lines)
-    if kind == "tool_result":
-        return m.EVENT_RESULT.format(
-            offset=offset,
-            tool=escape(str(d.get("tool"))),
-            mark=m.EVENT_RESULT_OK if d.get("ok") else m.EVENT_RESULT_ERROR,
-            result=one_line(str(d.get("result", "")), 600),
-        )
-    if kind == "tool_denied":
-        return m.EVENT_DENIED.format(
-            offset=offset, tool=escape(str(d.get("tool"))), why=one_line(str(d.get("why")), 400)
-        )
-    if kind == "tool_invalid":
-        return m.EVENT_INVALID.format(
-            offset=offset,
-            tool=escape(str(d.get("tool"))),
-            error=one_line(str(d.get("error")), 400),
-        )
-    if kind == "approval_requested":
-        return m.EVENT_APPROVAL.format(
-            offset=offset,
-            tool=escape(str(d.get("tool"))),
-            args=short_code(d.get("args"), 400),
-            approvers=escape(str(d.get("approvers", ""))),
-        )
-    if kind == "approval_decided":
-        reason = f": {one_line(str(d['reason']), 300)}" if d.get("reason") else ""
-        if d.get("changes"):
-            changed = "; ".join(
-                f"{c.get('field')}: {c.get('old')} -> {c.get('new')}"
-                for c in d["changes"]
-                if isinstance(c, dict)
-            )
-            reason += m.EVENT_EDITED.format(changes=one_line(changed, 600))
-        if d.get("instructions"):
-            reason += m.EVENT_INSTRUCTIONS.format(text=one_line(str(d["instructions"]), 600))
-        return m.EVENT_DECIDED.format(
-            offset=offset,
-            status=escape(str(d.get("status"))),
-            user=mention(str(d.get("by", ""))),
-            reason=reason,
-        )
-    if kind == "approval_expired":
-        return m.EVENT_EXPIRED.format(offset=offset, tool=escape(str(d.get("tool"))))
-    if kind == "decision_refused":
-        return m.EVENT_REFUSED.format(offset=offset, user=mention(str(d.get("by", ""))))
-    if kind == "demo_candidate_saved":
-        return m.EVENT_DEMO_SAVED.format(
-            offset=offset,
-            demo_id=escape(str(d.get("demo", ""))),
-            user=mention(str(d.get("by", ""))),
-        )
-    if kind == "cancel_requested":
-        return m.EVENT_CANCEL.format(offset=offset, user=mention(str(d.get("by", ""))))
-    if kind.startswith("run_") and kind != "run_created":
-        ended = d.get("reason")
-        text = m.REASONS.get(str(ended), escape(str(ended))) if ended else ""
-        return m.EVENT_END.format(
-            offset=offset, status=escape(kind[4:]), why=f": {text}" if text else ""
-        )
-    if kind in ("suspended", "demos_selected", "write_started"):
-        return ""
-    return m.EVENT_OTHER.format(offset=offset, kind=escape(kind.replace("_", " ")))
-
-
-def short_code(value: Any, limit: int) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return code(cut(" ".join(text.split()), limit))
 
 
 # -- lists -----------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from switchboard import errors
 from switchboard.render import event_line, plain, when
 from switchboard.supervise import CONFIG_EXIT, Supervisor, last_line, live_workers
 from worker import service
+from worker.events import EventKind, is_run_end
 from worker.run import Requester, Run
 from worker.runtime import Runtime
 
@@ -234,7 +235,7 @@ class Console:
                 after = event.id
                 for line in event_line(event, start):
                     self.say(line)
-                if event.kind == "suspended":  # the run waits: ask, one request at a time
+                if event.kind == EventKind.SUSPENDED:  # the run waits: ask, one request at a time
                     for approval_id in event.data.get("approvals", []):
                         request = self.rt.approvals.find(approval_id)
                         if request is None or request.status != ApprovalStatus.PENDING:
@@ -246,7 +247,7 @@ class Console:
                                 "or `switchboard chat` again."
                             )
                             return None
-                if event.kind.startswith("run_") and event.kind != "run_created":
+                if is_run_end(event.kind):
                     run = self.rt.store.load(run_id)
                     self.show_end(run)
                     self.following = None

@@ -6,9 +6,10 @@ import html
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
-from worker.events import Event
+from worker.events import Event, EventKind, is_run_end
 from worker.run import Run
 
 REASONS = {
@@ -84,62 +85,159 @@ def run_line(run: Run) -> str:
     )
 
 
+Render = Callable[[Event, str], list[str]]  # (event, its offset from the run's start) -> lines
+
+
 def event_line(event: Event, start: float) -> list[str]:
-    """One event as one or more lines: what happened, with its figures."""
-    d = event.data
+    """One event as one or more lines: what happened, with its figures. A kind missing from
+    `RENDERERS` (one an older or newer version wrote) still shows: as an ending when it reads
+    like one (`run_…`), else by its name and data (`generic`)."""
     offset = f"+{event.at - start:7.2f}s"
-    kind = event.kind
-    if kind == "run_created":
-        return [f"{offset}  asked by {d.get('user')}: {short(d.get('question'), 200)}"]
-    if kind == "model_call":
-        head = (
-            f"{offset}  model step {d.get('step')}: {d.get('finish_reason')}  "
-            f"tokens {d.get('prompt_tokens')}+{d.get('completion_tokens')}  "
-            f"${d.get('cost', 0):.6f}  {d.get('seconds', 0):.2f}s"
-        )
-        lines = [head]
-        if d.get("content"):
-            lines.append(f"            says: {short(plain(d['content']), 400)}")
-        lines += [
-            f"            → {c['name']}({short(c['arguments'], 300)})" for c in d.get("calls", [])
-        ]
-        return lines
-    if kind == "tool_result":
-        mark = "ok" if d.get("ok") else "error"
-        cut = " [truncated]" if d.get("truncated") else ""
-        return [
-            f"{offset}  {d.get('tool')} {mark}{cut}: {short(d.get('result'), 400)}",
-        ]
-    if kind == "tool_denied":
-        return [f"{offset}  DENIED {d.get('tool')}: {short(d.get('why'), 300)}"]
-    if kind == "tool_invalid":
-        return [f"{offset}  INVALID {d.get('tool')}: {short(d.get('error'), 300)}"]
-    if kind == "approval_requested":
-        return [
-            f"{offset}  approval {d.get('approval_id')} requested for {d.get('tool')}"
-            f"({short(d.get('args'), 300)}); may decide: {d.get('approvers')}"
-        ]
-    if kind == "approval_decided":
-        reason = f": {plain(d['reason'])}" if d.get("reason") else ""
-        return [f"{offset}  {d.get('status')} by {d.get('by')}{reason} ({d.get('approval_id')})"]
-    if kind == "approval_expired":
-        return [f"{offset}  approval {d.get('approval_id')} expired (denied)"]
-    if kind == "demos_selected":
-        return [f"{offset}  demonstrations: {', '.join(d.get('demos', [])) or 'none'}"]
-    if kind == "suspended":
-        return [f"{offset}  waiting for {len(d.get('approvals', []))} decision(s); no worker held"]
-    if kind == "ungrounded_numbers":
-        return [f"{offset}  UNGROUNDED numbers in the answer: {', '.join(d.get('numbers', []))}"]
-    if kind == "decision_refused":
-        return [f"{offset}  decision by {d.get('by')} refused: not an approver"]
-    if kind in ("write_started", "write_reconciled", "write_unknown"):
-        return [f"{offset}  {kind.replace('_', ' ')}: {d.get('tool')} ({d.get('approval_id')})"]
-    if kind.startswith("run_"):
-        reason = str(d.get("reason") or "")
-        why = f" — {REASONS.get(reason, reason)}: {plain(str(d.get('detail')))}" if reason else ""
-        return [f"{offset}  {kind[4:].upper()}{why}"]
-    extra = f" {short(d, 300)}" if d else ""
-    return [f"{offset}  {kind.replace('_', ' ')}{extra}"]
+    render = RENDERERS.get(event.kind)
+    if render is None:
+        render = ended if is_run_end(event.kind) else generic
+    return render(event, offset)
+
+
+def generic(event: Event, offset: str) -> list[str]:
+    extra = f" {short(event.data, 300)}" if event.data else ""
+    return [f"{offset}  {event.kind.replace('_', ' ')}{extra}"]
+
+
+def asked(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [f"{offset}  asked by {d.get('user')}: {short(d.get('question'), 200)}"]
+
+
+def model_call(event: Event, offset: str) -> list[str]:
+    d = event.data
+    head = (
+        f"{offset}  model step {d.get('step')}: {d.get('finish_reason')}  "
+        f"tokens {d.get('prompt_tokens')}+{d.get('completion_tokens')}  "
+        f"${d.get('cost', 0):.6f}  {d.get('seconds', 0):.2f}s"
+    )
+    lines = [head]
+    if d.get("content"):
+        lines.append(f"            says: {short(plain(d['content']), 400)}")
+    lines += [
+        f"            → {c['name']}({short(c['arguments'], 300)})" for c in d.get("calls", [])
+    ]
+    return lines
+
+
+def tool_result(event: Event, offset: str) -> list[str]:
+    d = event.data
+    mark = "ok" if d.get("ok") else "error"
+    cut = " [truncated]" if d.get("truncated") else ""
+    return [f"{offset}  {d.get('tool')} {mark}{cut}: {short(d.get('result'), 400)}"]
+
+
+def tool_denied(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [f"{offset}  DENIED {d.get('tool')}: {short(d.get('why'), 300)}"]
+
+
+def tool_invalid(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [f"{offset}  INVALID {d.get('tool')}: {short(d.get('error'), 300)}"]
+
+
+def approval_requested(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [
+        f"{offset}  approval {d.get('approval_id')} requested for {d.get('tool')}"
+        f"({short(d.get('args'), 300)}); may decide: {d.get('approvers')}"
+    ]
+
+
+def approval_decided(event: Event, offset: str) -> list[str]:
+    d = event.data
+    reason = f": {plain(d['reason'])}" if d.get("reason") else ""
+    return [f"{offset}  {d.get('status')} by {d.get('by')}{reason} ({d.get('approval_id')})"]
+
+
+def approval_expired(event: Event, offset: str) -> list[str]:
+    return [f"{offset}  approval {event.data.get('approval_id')} expired (denied)"]
+
+
+def demos_selected(event: Event, offset: str) -> list[str]:
+    return [f"{offset}  demonstrations: {', '.join(event.data.get('demos', [])) or 'none'}"]
+
+
+def suspended(event: Event, offset: str) -> list[str]:
+    waiting = len(event.data.get("approvals", []))
+    return [f"{offset}  waiting for {waiting} decision(s); no worker held"]
+
+
+def ungrounded_numbers(event: Event, offset: str) -> list[str]:
+    numbers = ", ".join(event.data.get("numbers", []))
+    return [f"{offset}  UNGROUNDED numbers in the answer: {numbers}"]
+
+
+def decision_refused(event: Event, offset: str) -> list[str]:
+    return [f"{offset}  decision by {event.data.get('by')} refused: not an approver"]
+
+
+def cancel_requested(event: Event, offset: str) -> list[str]:
+    return [f"{offset}  cancel requested by {event.data.get('by')}"]
+
+
+def demo_saved(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [f"{offset}  saved as candidate demonstration {d.get('demo')} by {d.get('by')}"]
+
+
+def write(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [f"{offset}  {event.kind.replace('_', ' ')}: {d.get('tool')} ({d.get('approval_id')})"]
+
+
+def ended(event: Event, offset: str) -> list[str]:
+    d = event.data
+    reason = str(d.get("reason") or "")
+    why = f" — {REASONS.get(reason, reason)}: {plain(str(d.get('detail')))}" if reason else ""
+    return [f"{offset}  {event.kind[4:].upper()}{why}"]
+
+
+K = EventKind
+
+# Shown by name with their data as JSON, deliberately: an operator reads it whole.
+GENERIC: frozenset[EventKind] = frozenset(
+    {
+        K.WAITING_IN_LINE,
+        K.HANDED_BACK,
+        K.ROLES_UNAVAILABLE,
+        K.ROLES_CHANGED,
+        K.MODEL_ERROR,
+        K.REPEATED_CALL,
+        K.APPROVAL_REMINDED,
+        K.APPROVAL_ESCALATED,
+        K.EDIT_REFUSED,
+    }
+)
+
+RENDERERS: dict[str, Render] = {
+    K.RUN_CREATED: asked,
+    K.MODEL_CALL: model_call,
+    K.TOOL_RESULT: tool_result,
+    K.TOOL_DENIED: tool_denied,
+    K.TOOL_INVALID: tool_invalid,
+    K.APPROVAL_REQUESTED: approval_requested,
+    K.APPROVAL_DECIDED: approval_decided,
+    K.APPROVAL_EXPIRED: approval_expired,
+    K.DEMOS_SELECTED: demos_selected,
+    K.SUSPENDED: suspended,
+    K.UNGROUNDED_NUMBERS: ungrounded_numbers,
+    K.DECISION_REFUSED: decision_refused,
+    K.CANCEL_REQUESTED: cancel_requested,
+    K.DEMO_CANDIDATE_SAVED: demo_saved,
+    K.WRITE_STARTED: write,
+    K.WRITE_RECONCILED: write,
+    K.WRITE_UNKNOWN: write,
+    K.RUN_COMPLETED: ended,
+    K.RUN_PARTIAL: ended,
+    K.RUN_FAILED: ended,
+}
 
 
 def trajectory(run: Run, events: list[Event]) -> str:

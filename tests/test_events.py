@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 from worker import events as events_module
-from worker.events import EventLog
+from worker.events import EventKind, EventLog
 
 
 def test_events_resume_after_the_last_id_seen(redis_conn):
     log = EventLog(redis_conn)
     for n in range(5):
-        log.append("r1", "step", n=n)
+        log.append("r1", EventKind.MODEL_CALL, n=n)
     assert [e.id for e in log.read("r1")] == ["1", "2", "3", "4", "5"]
     assert [e.data["n"] for e in log.read("r1")] == [0, 1, 2, 3, 4]
     assert [e.data["n"] for e in log.read("r1", after="3")] == [3, 4]
@@ -22,10 +22,10 @@ def test_events_resume_after_the_last_id_seen(redis_conn):
 def test_wait_returns_new_events_or_nothing_after_the_timeout(redis_conn):
     log = EventLog(redis_conn)
     assert log.wait("r2", "0", block_ms=100) == []
-    timer = threading.Timer(0.1, lambda: log.append("r2", "late"))
+    timer = threading.Timer(0.1, lambda: log.append("r2", EventKind.HANDED_BACK))
     timer.start()
     [event] = log.wait("r2", "0", block_ms=5000)
-    assert event.kind == "late" and event.id == "1"
+    assert event.kind == "handed_back" and event.id == "1"
     timer.join()
 
 
@@ -33,7 +33,7 @@ def test_a_runaway_log_is_capped(redis_conn, monkeypatch):
     monkeypatch.setattr(events_module, "MAX_EVENTS_PER_RUN", 3)
     log = EventLog(redis_conn)
     for n in range(5):
-        log.append("r3", "step", n=n)
+        log.append("r3", EventKind.MODEL_CALL, n=n)
     assert [e.data["n"] for e in log.read("r3")] == [0, 1, 2]
 
 
@@ -45,16 +45,16 @@ def test_a_held_runs_events_are_written_with_its_save_and_never_lost_on_release(
     run = Run(id="r4", question="q", requester=Requester(user_id="U1"))
     store.create(run)
     log.hold(run.id)
-    log.append(run.id, "model_call", step=1)
-    log.append(run.id, "tool_result", step=1)
+    log.append(run.id, EventKind.MODEL_CALL, step=1)
+    log.append(run.id, EventKind.TOOL_RESULT, step=1)
     assert log.read(run.id) == []  # kept until the step is saved
     store.save(run, events=log.take(run.id))
     assert [e.kind for e in log.read(run.id)] == ["model_call", "tool_result"]
-    log.append(run.id, "write_started")
+    log.append(run.id, EventKind.WRITE_STARTED)
     log.flush(run.id)  # on record at once
-    log.append(run.id, "handed_back")
+    log.append(run.id, EventKind.HANDED_BACK)
     log.release(run.id)  # what no save took is written when the run is let go
-    log.append(run.id, "approval_decided")  # not held any more: written at once
+    log.append(run.id, EventKind.APPROVAL_DECIDED)  # not held any more: written at once
     kinds = [e.kind for e in log.read(run.id)]
     assert kinds == [
         "model_call",

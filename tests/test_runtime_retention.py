@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.runtime_helpers import wait_until
-from worker.events import EventLog
+from worker.events import EventKind, EventLog
 from worker.run import Requester, Run, RunStatus
 from worker.store import RunStore
 
@@ -14,7 +14,7 @@ def test_an_abandoned_run_and_every_index_entry_of_it_expire(redis_conn):
     run = Run(id="r-abandoned", question="q", requester=user)
     store.create(run)
     run.status = RunStatus.AWAITING_APPROVAL  # never decided, never advanced again
-    events.append(run.id, "suspended")
+    events.append(run.id, EventKind.SUSPENDED)
     store.save(run)
     assert 0 < redis_conn.ttl(store.key(run.id)) <= 1
     assert 0 < redis_conn.ttl(store.user_key(user.user_id)) <= 1

@@ -8,6 +8,10 @@ While a worker holds a run, its events are kept and written with the step's save
 script (`RunStore.save`): one round trip per step instead of one per event, and the log never
 shows a step the run document does not. `flush` writes them at once where the record must come
 first (an approved write about to start).
+
+Every kind of event any code writes is an `EventKind`; the log stores its string value, so
+runs written before the enum existed read the same. Readers keep `Event.kind` a plain string:
+a log may hold kinds from an older or newer version, and those must still show.
 """
 
 from __future__ import annotations
@@ -15,15 +19,77 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 import redis
 import structlog
+
+from worker.run import RunStatus
 
 log = structlog.get_logger(__name__)
 
 MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a runaway log
 POLL_SECONDS = 0.05
+
+
+class EventKind(StrEnum):
+    """What happened, as the log records it (the value is what is stored)."""
+
+    # worker/service.py
+    RUN_CREATED = "run_created"
+    WAITING_IN_LINE = "waiting_in_line"
+    DECISION_REFUSED = "decision_refused"  # also bot/listeners.py
+    APPROVAL_DECIDED = "approval_decided"
+    CANCEL_REQUESTED = "cancel_requested"
+    # worker/loop.py
+    HANDED_BACK = "handed_back"
+    SUSPENDED = "suspended"
+    ROLES_UNAVAILABLE = "roles_unavailable"
+    ROLES_CHANGED = "roles_changed"
+    MODEL_ERROR = "model_error"
+    UNGROUNDED_NUMBERS = "ungrounded_numbers"
+    DEMOS_SELECTED = "demos_selected"
+    MODEL_CALL = "model_call"
+    TOOL_INVALID = "tool_invalid"
+    REPEATED_CALL = "repeated_call"
+    TOOL_DENIED = "tool_denied"
+    APPROVAL_REQUESTED = "approval_requested"
+    # worker/loop.py, "run_" + the run's final status: see `ended`
+    RUN_COMPLETED = "run_completed"
+    RUN_PARTIAL = "run_partial"
+    RUN_FAILED = "run_failed"
+    # worker/executor.py
+    WRITE_STARTED = "write_started"
+    WRITE_RECONCILED = "write_reconciled"
+    WRITE_UNKNOWN = "write_unknown"
+    TOOL_RESULT = "tool_result"
+    # worker/jobs.py, worker/reminders.py
+    APPROVAL_EXPIRED = "approval_expired"
+    APPROVAL_REMINDED = "approval_reminded"
+    APPROVAL_ESCALATED = "approval_escalated"
+    # bot/demos.py, bot/edit.py
+    DEMO_CANDIDATE_SAVED = "demo_candidate_saved"
+    EDIT_REFUSED = "edit_refused"
+
+    @classmethod
+    def ended(cls, status: RunStatus) -> EventKind:
+        """The kind that records a run ending with `status` (a final one)."""
+        return cls(f"run_{status.value}")
+
+
+def is_run_end(kind: str) -> bool:
+    """Whether an event of `kind` records the end of its run. By prefix, so an ending that
+    another version writes (say run_cancelled) is one too."""
+    return kind.startswith("run_") and kind != EventKind.RUN_CREATED
+
+
+# Writers on lines that changes in flight rework (bot/listeners.py, bot/edit.py, bot/demos.py,
+# `decide` in worker/service.py, `escalate` in worker/reminders.py) still pass these as strings
+# (issue 13); once they pass the EventKind, `append` takes only that.
+UnconvertedKind = Literal[
+    "decision_refused", "edit_refused", "demo_candidate_saved", "approval_escalated"
+]
 
 
 @dataclass(frozen=True)
@@ -45,7 +111,7 @@ class EventLog:
     def key(self, run_id: str) -> str:
         return f"{self.ns}run:{run_id}:events"
 
-    def append(self, run_id: str, kind: str, **data: Any) -> None:
+    def append(self, run_id: str, kind: EventKind | UnconvertedKind, **data: Any) -> None:
         body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
         held = self._held.get(run_id)
         if held is not None:

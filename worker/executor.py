@@ -13,6 +13,7 @@ from approvals import ApprovalRequest, ApprovalStatus, LedgerState
 from approvals.edits import changes, changes_text
 from tools import ArgumentError, Observation, Tool, ToolContext, canonical_json, execute
 from worker import metrics
+from worker.events import EventKind
 from worker.run import Call, Run
 from worker.runtime import Runtime
 
@@ -109,7 +110,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
         return reconcile(rt, run, call, tool, request)
     rt.events.append(
         run.id,
-        "write_started",
+        EventKind.WRITE_STARTED,
         approval_id=request.id,
         call_id=call.id,
         tool=call.name,
@@ -138,7 +139,7 @@ def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRe
         text = found if isinstance(found, str) else canonical_json(found)
         run.record_outcome(call.id, True)
         rt.ledger.finish(request.id, True, text)
-        rt.events.append(run.id, "write_reconciled", approval_id=request.id, tool=call.name)
+        rt.events.append(run.id, EventKind.WRITE_RECONCILED, approval_id=request.id, tool=call.name)
         return text
     when = datetime.fromtimestamp(request.decided_at, UTC).strftime("%H:%M UTC")
     note = (
@@ -148,7 +149,7 @@ def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRe
     run.notes.append(note)
     run.record_outcome(call.id, False)
     rt.ledger.finish(request.id, False, "Outcome unknown: " + note)
-    rt.events.append(run.id, "write_unknown", approval_id=request.id, tool=call.name)
+    rt.events.append(run.id, EventKind.WRITE_UNKNOWN, approval_id=request.id, tool=call.name)
     return "Outcome unknown: " + note
 
 
@@ -158,7 +159,7 @@ def record_result(
     metrics.tool_called(call.name, call.effect, observation.ok)
     rt.events.append(
         run.id,
-        "tool_result",
+        EventKind.TOOL_RESULT,
         call_id=call.id,
         tool=call.name,
         args=call.args,

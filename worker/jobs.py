@@ -10,6 +10,7 @@ import structlog
 from rq import get_current_job
 
 from worker import runtime
+from worker.events import EventKind
 from worker.loop import Finish, drive, end
 from worker.run import EndReason, RunStatus
 from worker.store import LeaseLost, RunNotFound
@@ -86,7 +87,9 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
     decision = rt.approvals.expire(approval_id)
     if not decision.won:
         return decision.request.status.value
-    rt.events.append(request.run_id, "approval_expired", approval_id=approval_id, tool=request.tool)
+    rt.events.append(
+        request.run_id, EventKind.APPROVAL_EXPIRED, approval_id=approval_id, tool=request.tool
+    )
     run = rt.store.find(request.run_id)
     if run is not None:
         rt.surface(run).approval_resolved(run, decision.request)

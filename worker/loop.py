@@ -19,6 +19,7 @@ from approvals import ApprovalRequest, ApprovalStatus
 from tools import ArgumentError, Tool, canonical_json, decode_arguments
 from worker import executor, metrics, profiles, reminders
 from worker.budgets import exhausted
+from worker.events import EventKind
 from worker.grounding import untraceable
 from worker.library import Demonstration
 from worker.model import ModelError, ModelTurn
@@ -74,7 +75,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
         cancelled_by = rt.store.cancel_requested_by(run.id)
     while True:
         if rt.stopping.is_set():
-            rt.events.append(run.id, "handed_back", pid=os.getpid(), step=run.usage.steps)
+            rt.events.append(run.id, EventKind.HANDED_BACK, pid=os.getpid(), step=run.usage.steps)
             return False
         step = next_step(rt, run, clock, cancelled_by)
         run.usage.active_seconds = round(clock.total(), 3)
@@ -83,7 +84,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
                 cancelled_by = rt.save(run, lease_token)  # a cancel is learnt from the save
             case Suspend():
                 run.status = RunStatus.AWAITING_APPROVAL
-                rt.events.append(run.id, "suspended", approvals=run.pending_approvals)
+                rt.events.append(run.id, EventKind.SUSPENDED, approvals=run.pending_approvals)
                 rt.save(run, lease_token)
                 admit_next(rt, run)
                 return True
@@ -112,7 +113,7 @@ def check_roles(rt: Runtime, run: Run) -> Finish | None:
     try:
         changed = recheck(rt.roles, run)
     except RolesUnavailable as exc:
-        rt.events.append(run.id, "roles_unavailable", error=str(exc)[:500])
+        rt.events.append(run.id, EventKind.ROLES_UNAVAILABLE, error=str(exc)[:500])
         return Finish(
             RunStatus.PARTIAL,
             EndReason.ROLES_UNAVAILABLE,
@@ -121,7 +122,7 @@ def check_roles(rt: Runtime, run: Run) -> Finish | None:
         )
     if changed is not None:
         before, after = changed
-        rt.events.append(run.id, "roles_changed", before=before, after=after)
+        rt.events.append(run.id, EventKind.ROLES_CHANGED, before=before, after=after)
     return None
 
 
@@ -139,7 +140,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
         turn = model.complete(messages, specs, timeout, answer_sink(rt, run))
     except ModelError as exc:
-        rt.events.append(run.id, "model_error", error=exc.detail, timeout=timeout)
+        rt.events.append(run.id, EventKind.MODEL_ERROR, error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:
             return Finish(
                 RunStatus.PARTIAL, EndReason.DEADLINE, "ran out of time waiting for the model"
@@ -175,7 +176,7 @@ def check_grounding(rt: Runtime, run: Run) -> None:
     ]
     run.ungrounded = untraceable(run.answer or "", sources)
     if run.ungrounded:
-        rt.events.append(run.id, "ungrounded_numbers", numbers=run.ungrounded)
+        rt.events.append(run.id, EventKind.UNGROUNDED_NUMBERS, numbers=run.ungrounded)
 
 
 def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration]:
@@ -186,7 +187,7 @@ def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration
     if run.usage.steps == 0 and not run.demos:
         demos = selector.select(run.question, allowed)
         run.demos = [d.id for d in demos]
-        rt.events.append(run.id, "demos_selected", demos=run.demos)
+        rt.events.append(run.id, EventKind.DEMOS_SELECTED, demos=run.demos)
         return demos
     return selector.lookup(run.demos)
 
@@ -203,7 +204,7 @@ def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
         rt.limits.spend(run.requester.user_id, cost)
     rt.events.append(
         run.id,
-        "model_call",
+        EventKind.MODEL_CALL,
         step=usage.steps,
         pid=os.getpid(),
         finish_reason=turn.finish_reason,
@@ -273,7 +274,9 @@ def check_call(rt: Runtime, run: Run, call: Call, position: int) -> Finish | Non
         args = decode_arguments(tool, call.arguments)
     except ArgumentError as exc:
         call.state, call.result = "done", f"Error: invalid arguments for {call.name}: {exc}"
-        rt.events.append(run.id, "tool_invalid", call_id=call.id, tool=call.name, error=str(exc))
+        rt.events.append(
+            run.id, EventKind.TOOL_INVALID, call_id=call.id, tool=call.name, error=str(exc)
+        )
         return None
     denial = rt.policy.authorize(call.name, roles, args)
     if denial is not None:
@@ -282,7 +285,9 @@ def check_call(rt: Runtime, run: Run, call: Call, position: int) -> Finish | Non
     fingerprint = hashlib.sha256(canonical_json([call.name, args]).encode()).hexdigest()[:16]
     earlier = run.seen.get(fingerprint)
     if earlier is not None:
-        rt.events.append(run.id, "repeated_call", call_id=call.id, tool=call.name, args=args)
+        rt.events.append(
+            run.id, EventKind.REPEATED_CALL, call_id=call.id, tool=call.name, args=args
+        )
         if fingerprint in run.repeated:  # told once already: the model is going round
             return Finish(
                 RunStatus.PARTIAL,
@@ -322,7 +327,12 @@ def repeat_observation(run: Run, tool: str, step: int, position: int) -> str:
 def observe_denial(rt: Runtime, run: Run, call: Call, text: str) -> None:
     call.state, call.result = "done", text
     rt.events.append(
-        run.id, "tool_denied", call_id=call.id, tool=call.name, user=run.requester.user_id, why=text
+        run.id,
+        EventKind.TOOL_DENIED,
+        call_id=call.id,
+        tool=call.name,
+        user=run.requester.user_id,
+        why=text,
     )
 
 
@@ -352,7 +362,7 @@ def request_approval(
     )
     rt.events.append(
         run.id,
-        "approval_requested",
+        EventKind.APPROVAL_REQUESTED,
         approval_id=request.id,
         call_id=call.id,
         tool=call.name,
@@ -419,7 +429,7 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         run.answer += "\n\n" + "\n".join(f"_Note: {note}_" for note in run.notes)
     rt.events.append(
         run.id,
-        f"run_{finish.status.value}",
+        EventKind.ended(finish.status),
         reason=finish.reason.value if finish.reason else None,
         detail=finish.detail,
         answer=(run.answer or "")[:4000],

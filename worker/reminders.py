@@ -17,6 +17,7 @@ import structlog
 
 from approvals import ApprovalRequest
 from worker import runtime
+from worker.events import EventKind
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +54,9 @@ def remind(rt: runtime.Runtime, approval_id: str) -> str:
     run = rt.store.find(request.run_id)
     if run is None:
         return "missing"
-    rt.events.append(run.id, "approval_reminded", approval_id=approval_id, tool=request.tool)
+    rt.events.append(
+        run.id, EventKind.APPROVAL_REMINDED, approval_id=approval_id, tool=request.tool
+    )
     rt.surface(run).approval_reminder(run, request, escalated=False)
     return "reminded"
 

@@ -12,6 +12,7 @@ from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
 from tools import valid_unicode
 from worker import metrics, profiles
+from worker.events import EventKind
 from worker.limits import LimitExceeded
 from worker.roles import RolesUnavailable
 from worker.run import Requester, Run, RunStatus, new_run_id
@@ -72,7 +73,7 @@ def submit(
     rt.store.create(run, wake=False)
     rt.events.append(
         run.id,
-        "run_created",
+        EventKind.RUN_CREATED,
         user=requester.user_id,
         channel=requester.channel_id,
         roles=requester.roles,
@@ -85,7 +86,7 @@ def submit(
         rt.enqueue_advance(run.id)
     else:
         ahead = rt.settings.limits.runs_in_flight
-        rt.events.append(run.id, "waiting_in_line", in_flight=ahead)
+        rt.events.append(run.id, EventKind.WAITING_IN_LINE, in_flight=ahead)
         rt.surface(run).progress(
             run,
             f"Waiting: you have {ahead} questions in progress; this one starts when one of "
@@ -184,7 +185,7 @@ def decide(
     metrics.approval_decided(decision.request)
     rt.events.append(
         request.run_id,
-        "approval_decided",
+        EventKind.APPROVAL_DECIDED,
         approval_id=approval_id,
         tool=request.tool,
         status=decision.request.status.value,
@@ -245,7 +246,7 @@ def request_cancel(rt: Runtime, run: Run, *, by: str) -> CancelResult:
     if run.status.terminal:
         return CancelResult.ALREADY_ENDED
     rt.store.request_cancel(run.id, by)
-    rt.events.append(run.id, "cancel_requested", by=by)
+    rt.events.append(run.id, EventKind.CANCEL_REQUESTED, by=by)
     rt.enqueue_advance(run.id)
     return CancelResult.CANCELLING
 
