@@ -1,4 +1,6 @@
-"""Tools for fault tests, loaded by worker processes through SWITCHBOARD_TOOLS.
+"""Tools for fault tests, loaded by worker processes through SWITCHBOARD_TOOLS (listed in
+`TOOLS`, so importing this module registers nothing: a test run that imports it without
+running the fault tests leaves the shared registry as it was).
 
 They announce that they started (a marker file), wait until the test releases them, and
 count every start of the write in their own SQLite store, so a test can prove a write never
@@ -13,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools import ToolContext, tool
+from tools import ToolContext
+from tools.declare import make_tool
 
 
 def _dir() -> Path:
@@ -40,7 +43,6 @@ def starts(folder: Path, name: str) -> int:
         return int(db.execute("SELECT count(*) FROM starts WHERE name = ?", (name,)).fetchone()[0])
 
 
-@tool(effect="read", timeout=30)
 def slow_read(topic: str) -> str:
     """Look something up slowly.
 
@@ -57,7 +59,6 @@ def _reconcile(ctx: ToolContext, args: dict[str, Any]) -> str | None:
     return f"wrote {row[0]}" if row else None
 
 
-@tool(effect="write", timeout=30, reconcile=_reconcile)
 def slow_write(ctx: ToolContext, name: str) -> str:
     """Write something slowly; every start is counted.
 
@@ -70,3 +71,9 @@ def slow_write(ctx: ToolContext, name: str) -> str:
     with _db() as db:
         db.execute("INSERT INTO done VALUES (?, ?)", (ctx.idempotency_key, name))
     return f"wrote {name}"
+
+
+TOOLS = (
+    make_tool(slow_read, effect="read", timeout=30),
+    make_tool(slow_write, effect="write", timeout=30, reconcile=_reconcile),
+)

@@ -25,7 +25,7 @@ from tests.runtime_helpers import (
     wait_until,
     work,
 )
-from tools import registry, tool_of
+from tools import registry
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import RunStatus
@@ -71,10 +71,9 @@ def faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     folder = tmp_path / "faults"
     folder.mkdir()
     monkeypatch.setenv("FAULT_DIR", str(folder))
-    added = [tool_of(f) for f in (fault_tools.slow_read, fault_tools.slow_write)]
+    added = [t for t in fault_tools.TOOLS if t.name not in registry]
     for t in added:
-        if t.name not in registry:
-            registry.register(t)
+        registry.register(t)
     yield folder
     for t in added:
         registry.unregister(t.name)
