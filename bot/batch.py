@@ -122,7 +122,7 @@ def on_decide_all(
         li.tell(client, clicked, m.APPROVAL_NOT_FOUND)
         return
     approve = action.get("action_id") == APPROVE_ALL
-    roles = clicked.roles(sb)
+    roles = clicked.roles(sb.identity)
     decided, refused = [], []
     for request in requests:
         if request.decided:

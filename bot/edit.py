@@ -310,7 +310,7 @@ def on_edit(
     if request.decided:
         li.tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return
-    if not li.may_decide(sb, request, clicked.user, clicked.roles(sb)):
+    if not li.may_decide(sb, request, clicked.user, clicked.roles(sb.identity)):
         approvers = escape(sb.rt.policy.approvers_text(request.tool))
         li.tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
         return

@@ -21,7 +21,6 @@ refused bodies whose envelope Bolt itself could not read: `bot.envelope`.)
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,8 +61,23 @@ from bot.blocks import (
 from bot.commands import parse, runs_listing
 from bot.home import build_home
 from bot.identity import Identity
-from bot.installations import Home, Installations, envelope_team, user_team
+from bot.installations import Home, Installations
 from bot.mrkdwn import cut, escape
+from bot.payloads import (
+    Asked,
+    Clicked,
+    Question,
+    Said,
+    action_value,
+    bot_mention,
+    dig,
+    envelope_team,
+    interaction_id,
+    question_text,
+    read_metadata,
+    team_of,
+    user_team,
+)
 from bot.surface import SlackSurface
 from bot.threads import Threads
 from bot.views import args_modal, modal, reject_modal, run_modal
@@ -78,11 +92,8 @@ P = ParamSpec("P")
 
 COMMAND = "/switchboard"
 REASON_MAX = 500
-METADATA_MAX = 3000
-SLACKBOT = "USLACKBOT"  # Slackbot's messages carry no bot_id, but it is not a person
 IN_FLIGHT = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
 SCAN = 10_000  # in-flight runs and pending approvals looked at when an installation goes
-_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&amp;", "&"))
 ANYTHING = re.compile(".*", re.DOTALL)
 
 
@@ -213,41 +224,6 @@ def explain_roles_unavailable(client: WebClient, body: dict[str, Any]) -> None:
 # -- questions -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Question:
-    text: str
-    user: str
-    team: str  # the workspace the event was sent for (the installation)
-    user_team: str  # the asker's own team: another one for a Slack Connect user
-    channel: str
-    thread_ts: str
-    event_id: str
-    assistant: bool = False
-    overheard: bool = False  # a thread reply without a mention: refusals are not said
-
-    @classmethod
-    def of(
-        cls,
-        text: str,
-        said: Said,
-        body: dict[str, Any],
-        *,
-        assistant: bool = False,
-        overheard: bool = False,
-    ) -> Question:
-        return cls(
-            text,
-            said.user,
-            team_of(body),
-            user_team(body)[:64],
-            said.channel,
-            said.thread_ts or said.ts,
-            str(body.get("event_id")),
-            assistant=assistant,
-            overheard=overheard,
-        )
-
-
 def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     """Create the run (continuing the thread's conversation, if the bot answered there)."""
     requester = sb.identity.requester(q.user, q.user_team, q.channel)
@@ -283,66 +259,6 @@ def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
 
 def say(client: WebClient, channel: str, thread_ts: str | None, text: str) -> None:
     client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
-
-
-def question_text(text: str, bot_user_id: str | None) -> str:
-    """The text without mentions of the bot, with Slack's escaping undone."""
-    if bot_user_id:
-        text = bot_mention(bot_user_id).sub(" ", text)
-    for entity, char in _ENTITIES:
-        text = text.replace(entity, char)
-    # JSON may carry lone surrogates ("\ud800"); they cannot be encoded for the model's API
-    return text.encode("utf-8", "replace").decode("utf-8").strip()
-
-
-def bot_mention(bot_user_id: str) -> re.Pattern[str]:
-    """`<@UBOT>` or `<@UBOT|name>`; not `<@UBOT2>`."""
-    return re.compile(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>")
-
-
-@dataclass(frozen=True)
-class Said:
-    """A person's message, from an `app_mention` or `message` event, every id checked."""
-
-    user: str
-    channel: str
-    ts: str
-    thread_ts: str | None
-    text: str
-    channel_type: str
-
-    @classmethod
-    def of(cls, event: dict[str, Any]) -> Said | None:
-        """None for bots (Slackbot too), edits and other subtypes, and for events that are
-        malformed. A thread reply also sent to the channel (`thread_broadcast`) is a reply."""
-        if event.get("subtype") not in (None, "file_share", "thread_broadcast"):
-            return None
-        if event.get("bot_id") or event.get("user") == SLACKBOT:
-            return None
-        user = ids.shaped(ids.USER, event.get("user"))
-        channel = ids.shaped(ids.CHANNEL, event.get("channel"))
-        ts = ids.shaped(ids.TS, event.get("ts"))
-        thread_ts = event.get("thread_ts")
-        text = event.get("text") or ""
-        channel_type = event.get("channel_type") or ""
-        if (
-            user is None
-            or channel is None
-            or ts is None
-            or (thread_ts is not None and ids.shaped(ids.TS, thread_ts) is None)
-            or not isinstance(text, str)
-            or not isinstance(channel_type, str)
-        ):
-            log.warning("event_malformed", type=str(event.get("type"))[:40])
-            return None
-        return cls(user, channel, ts, thread_ts, text, channel_type)
-
-
-def team_of(body: dict[str, Any]) -> str:
-    """The workspace (or, for an org-wide install, the org) the request was sent for; one
-    `Home` serves, or `attach` would have refused the request."""
-    team, enterprise = envelope_team(body)
-    return (team or enterprise)[:64]
 
 
 @boundary
@@ -472,63 +388,6 @@ def on_home_page(
 # -- buttons and modals ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Clicked:
-    """Who clicked where, from the signed payload, and where to answer them."""
-
-    user: str
-    team: str = ""  # the clicker's own team (another one for a Slack Connect user)
-    channel: str = ""
-    message_ts: str = ""
-    thread_ts: str = ""
-    trigger_id: str = ""
-    in_home: bool = False
-    view_id: str = ""  # the modal clicked in, if any
-    in_modal: bool = False
-    home_page: int = 0  # in the App Home: the page of its waiting list shown
-
-    @classmethod
-    def of(cls, body: dict[str, Any]) -> Clicked | None:
-        """None when the payload does not say who clicked."""
-        user = ids.shaped(ids.USER, dig(body, "user", "id"))
-        if user is None:
-            log.warning("click_without_user")
-            return None
-        container = body.get("container")
-        container = container if isinstance(container, dict) else {}
-        in_modal = dig(body, "view", "type") == "modal"
-        return cls(
-            user=user,
-            team=user_team(body)[:64],
-            channel=ids.shaped(ids.CHANNEL, container.get("channel_id")) or "",
-            message_ts=ids.shaped(ids.TS, container.get("message_ts")) or "",
-            thread_ts=ids.shaped(ids.TS, container.get("thread_ts")) or "",
-            trigger_id=ids.shaped(ids.TRIGGER, body.get("trigger_id")) or "",
-            in_home=container.get("type") == "view" and not in_modal,
-            view_id=(ids.shaped(ids.VIEW, dig(body, "view", "id")) or "") if in_modal else "",
-            in_modal=in_modal,
-            home_page=read_page(dig(body, "view", "private_metadata")),
-        )
-
-    def roles(self, sb: Bot) -> frozenset[str]:
-        return sb.identity.roles(self.user, self.team)
-
-    @property
-    def card(self) -> dict[str, str] | None:
-        return {"channel": self.channel, "ts": self.message_ts} if self.message_ts else None
-
-    def metadata(self, approval_id: str) -> str:
-        return json.dumps(
-            {
-                "approval_id": approval_id,
-                "channel": self.channel,
-                "ts": self.message_ts,
-                "thread_ts": self.thread_ts,
-                "home": "1" if self.in_home else "",
-            }
-        )
-
-
 def tell(client: WebClient, clicked: Clicked, text: str) -> None:
     """An answer only the clicker sees: ephemeral in the channel, or a small modal (on top
     of the modal clicked in, if any)."""
@@ -545,24 +404,6 @@ def tell(client: WebClient, clicked: Clicked, text: str) -> None:
             client.views_push(trigger_id=clicked.trigger_id, view=view)
         else:
             client.views_open(trigger_id=clicked.trigger_id, view=view)
-
-
-def dig(data: Any, *keys: str) -> Any:
-    """data[k1][k2]..., or None where a level is missing or not an object."""
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
-def action_value(action: dict[str, Any], pattern: re.Pattern[str]) -> str | None:
-    value = action.get("value")
-    if ids.shaped(pattern, value):
-        return str(value)
-    shown = value[:80] if isinstance(value, str) else type(value).__name__
-    log.warning("action_value_rejected", action_id=str(action.get("action_id"))[:80], value=shown)
-    return None
 
 
 @boundary
@@ -597,7 +438,7 @@ def decide(
 ) -> service.DecisionOutcome:
     """service.decide, after the check only Slack knows of: an external person (Slack
     Connect) decides only with an approver role they hold by name."""
-    roles = clicked.roles(sb)
+    roles = clicked.roles(sb.identity)
     request = sb.rt.approvals.find(approval_id)
     if (
         request is not None
@@ -650,7 +491,7 @@ def on_reject(
     if request.decided:
         tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return
-    roles = clicked.roles(sb)
+    roles = clicked.roles(sb.identity)
     if not may_decide(sb, request, clicked.user, roles):
         approvers = escape(sb.rt.policy.approvers_text(request.tool))
         tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
@@ -672,14 +513,7 @@ def on_reject_submitted(
         log.warning("reject_submission_rejected")
         return
     typed = dig(view, "state", "values", REJECT_REASON_BLOCK, REJECT_REASON_INPUT, "value")
-    clicked = Clicked(
-        user=user,
-        team=user_team(body)[:64],
-        channel=ids.shaped(ids.CHANNEL, meta.get("channel")) or "",
-        message_ts=ids.shaped(ids.TS, meta.get("ts")) or "",
-        thread_ts=ids.shaped(ids.TS, meta.get("thread_ts")) or "",
-        in_home=meta.get("home") == "1",
-    )
+    clicked = Clicked.submitted(user, user_team(body)[:64], meta)
     reason = typed[:REASON_MAX] if isinstance(typed, str) else ""
     told = dig(
         view, "state", "values", REJECT_INSTRUCTIONS_BLOCK, REJECT_INSTRUCTIONS_INPUT, "value"
@@ -689,29 +523,6 @@ def on_reject_submitted(
         sb, approval_id, clicked, approve=False, reason=reason, instructions=instructions
     )
     after_decision(sb, client, clicked, outcome)
-
-
-def read_page(raw: Any) -> int:
-    """The page an App Home view says it shows (its private_metadata); 0 if it says none."""
-    if not isinstance(raw, str) or len(raw) > 100:
-        return 0
-    try:
-        page = json.loads(raw).get("page")
-    except (ValueError, AttributeError):
-        return 0
-    return page if isinstance(page, int) and not isinstance(page, bool) and 0 <= page < 10**5 else 0
-
-
-def read_metadata(raw: Any) -> dict[str, str]:
-    if not isinstance(raw, str) or not raw or len(raw) > METADATA_MAX:
-        return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): v for k, v in data.items() if isinstance(v, str)}
 
 
 def after_decision(
@@ -775,7 +586,7 @@ def on_show_args(
     if found is None:
         return
     clicked, request = found
-    roles = clicked.roles(sb)
+    roles = clicked.roles(sb.identity)
     if not (
         clicked.user == request.requester
         or may_decide(sb, request, clicked.user, roles)
@@ -837,7 +648,7 @@ def on_save_demo(
     clicked = Clicked.of(body)
     if run_id is None or clicked is None:
         return
-    if not sb.rt.policy.is_admin(clicked.roles(sb)):
+    if not sb.rt.policy.is_admin(clicked.roles(sb.identity)):
         log.warning("demo_save_refused", user=clicked.user, run_id=run_id)
         tell(client, clicked, m.DEMO_ADMINS_ONLY)
         return
@@ -882,36 +693,6 @@ def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) ->
     elif parsed.verb == "cancel" and parsed.run_id:
         answer(client, asked, text=cancel_run(sb, parsed.run_id, user, asked.team))
     log.info("command", verb=parsed.verb, user=user, channel=asked.channel)
-
-
-@dataclass(frozen=True)
-class Asked:
-    """A slash command: who typed it where, every id checked."""
-
-    user: str
-    team: str
-    channel: str
-    text: str
-    trigger_id: str
-    response_url: str
-
-    @classmethod
-    def of(cls, command: dict[str, Any]) -> Asked | None:
-        user = ids.shaped(ids.USER, command.get("user_id"))
-        channel = ids.shaped(ids.CHANNEL, command.get("channel_id"))
-        text = command.get("text") or ""
-        if user is None or channel is None or not isinstance(text, str):
-            log.warning("command_malformed")
-            return None
-        url = command.get("response_url")
-        return cls(
-            user=user,
-            team=user_team(command)[:64],
-            channel=channel,
-            text=text,
-            trigger_id=ids.shaped(ids.TRIGGER, command.get("trigger_id")) or "",
-            response_url=url if isinstance(url, str) else "",
-        )
 
 
 def answer(
@@ -992,15 +773,3 @@ def on_other_command(ack: Ack, command: dict[str, Any]) -> None:
     name = str(command.get("command"))[:40]
     ack(text=m.COMMAND_NOT_OURS.format(command=escape(name), ours=COMMAND))
     log.info("command_ignored", command=name)
-
-
-def interaction_id(body: dict[str, Any]) -> str:
-    """The action_id, callback_id or view callback_id, for the log."""
-    actions = body.get("actions")
-    found = (
-        (actions[0].get("action_id") if isinstance(actions, list) and actions else None)
-        or body.get("action_id")
-        or body.get("callback_id")
-        or dig(body, "view", "callback_id")
-    )
-    return str(found)[:80]
