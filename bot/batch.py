@@ -32,7 +32,9 @@ from bot.blocks import (
     outcome_text,
     section,
 )
+from bot.listeners.base import Bot, decide, tell
 from bot.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
+from bot.payloads import Clicked
 from worker import service
 
 log = structlog.get_logger(__name__)
@@ -122,39 +124,38 @@ def batch_card(
 
 
 def on_decide_all(
-    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Any
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     """Approve all / Reject all: every item still pending that the clicker may decide,
-    each decided (and checked) on its own."""
-    from bot import listeners as li
-
+    each decided (and checked) on its own. The button carries a batch id, not an
+    approval's: its own prelude, logged as `batch_click_rejected`."""
     ack()
     batch_id = ids.shaped(ids.BATCH, action.get("value"))
-    clicked = li.Clicked.of(body)
-    if batch_id is None or clicked is None:
+    who = Clicked.of(body)
+    if batch_id is None or who is None:
         log.warning("batch_click_rejected")
         return
     requests = sb.rt.approvals.batch(batch_id)
     if not requests:
-        li.tell(client, clicked, m.APPROVAL_NOT_FOUND)
+        tell(client, who, m.APPROVAL_NOT_FOUND)
         return
     approve = action.get("action_id") == APPROVE_ALL
-    roles = clicked.roles(sb)
+    roles = who.roles(sb.identity)
     decided, refused = [], []
     for request in requests:
         if request.decided:
             continue
-        if not li.may_decide(sb, request, clicked.user, roles):
+        if not sb.may_decide(request, who.user, roles):
             refused.append(request)
             continue
-        outcome = li.decide(sb, request.id, clicked, approve=approve)
+        outcome = decide(sb, request.id, who, approve=approve)
         if outcome.result == service.DecisionResult.DECIDED and outcome.request is not None:
             decided.append(outcome.request)
-    log.info("batch_decided", batch=batch_id, user=clicked.user, decided=len(decided))
+    log.info("batch_decided", batch=batch_id, user=who.user, decided=len(decided))
     if refused:
         approvers = escape(sb.rt.policy.approvers_text(refused[0].tool))
-        li.tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
+        tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
     elif not decided:
-        li.tell(client, clicked, m.BATCH_NOTHING_LEFT)
+        tell(client, who, m.BATCH_NOTHING_LEFT)
     if decided:
-        sb.surface.show_outcome(decided[-1], also=clicked.card)
+        sb.surface.show_outcome(decided[-1], also=who.card)

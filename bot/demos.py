@@ -8,6 +8,7 @@ import structlog
 
 from bot import messages as m
 from bot.mrkdwn import escape
+from worker.events import EventKind
 from worker.library import DemoError, TaskLibrary, candidate_from_run
 from worker.run import Run
 from worker.runtime import Runtime
@@ -47,7 +48,7 @@ def save(rt: Runtime, run: Run, by: str) -> str:
     except DemoError as exc:
         log.info("demo_not_saved", run_id=run.id, user=by, error=str(exc)[:300])
         return m.DEMO_NOT_SAVED.format(reason=escape(str(exc)))
-    rt.events.append(run.id, "demo_candidate_saved", demo=demo.id, by=by)
+    rt.events.append(run.id, EventKind.DEMO_CANDIDATE_SAVED, demo=demo.id, by=by)
     log.info("demo_candidate_saved", run_id=run.id, demo_id=demo.id, user=by)
     return m.DEMO_SAVED.format(demo_id=escape(demo.id))
 

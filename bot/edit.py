@@ -27,11 +27,21 @@ from approvals.edits import EditRefused
 from bot import ids
 from bot import messages as m
 from bot.blocks import EDIT_MODAL, context, is_high_risk, outcome_text, section
+from bot.listeners.base import (
+    Bot,
+    after_decision,
+    clicked_request,
+    decide,
+    may_not_decide,
+    tell,
+)
 from bot.mrkdwn import cut, escape, mention, plain
+from bot.payloads import Clicked, dig, read_metadata, user_team
 from bot.views import modal
 from tools import ArgumentError, Tool, canonical_json
 from tools.decode import MAX_ARGUMENT_BYTES, parse_arguments
 from worker import service
+from worker.events import EventKind
 from worker.roles import RolesUnavailable
 
 log = structlog.get_logger(__name__)
@@ -311,48 +321,38 @@ def refusal_errors(tool: Tool, args: dict[str, Any], refused: EditRefused) -> di
 # -- the listeners (registered in bot.listeners) -------------------------------------------------
 
 
-def edit_metadata(clicked: Any, request: ApprovalRequest) -> str:
-    data = json.loads(clicked.metadata(request.id))
+def edit_metadata(who: Clicked, request: ApprovalRequest) -> str:
+    data = json.loads(who.metadata(request.id))
     data["binding"] = request.binding
     return json.dumps(data)
 
 
 def on_edit(
-    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Any
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     """The card's Edit button: check the clicker, then open the modal (the trigger lasts 3 s)."""
-    from bot import listeners as li
-
-    ack()
-    found = li.clicked_request(body, action, client, sb)
+    found = clicked_request(ack, body, action, client, sb)
     if found is None:
         return
-    clicked, request = found
-    if request.decided:
-        li.tell(client, clicked, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
-        return
-    if not li.may_decide(sb, request, clicked.user, clicked.roles(sb)):
-        approvers = escape(sb.rt.policy.approvers_text(request.tool))
-        li.tell(client, clicked, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
+    who, request = found
+    if may_not_decide(client, who, request, sb):
         return
     tool = sb.rt.registry.get(request.tool)
     if tool is None:
-        li.tell(client, clicked, m.EDIT_TOOL_GONE.format(tool=escape(request.tool)))
+        tell(client, who, m.EDIT_TOOL_GONE.format(tool=escape(request.tool)))
         return
     high_risk = is_high_risk(sb.rt.policy, request.tool)
-    view = edit_modal(request, tool, edit_metadata(clicked, request), high_risk=high_risk)
-    client.views_open(trigger_id=clicked.trigger_id, view=view)
+    view = edit_modal(request, tool, edit_metadata(who, request), high_risk=high_risk)
+    client.views_open(trigger_id=who.trigger_id, view=view)
 
 
 def on_edit_submitted(
-    ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient, sb: Any
+    ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
     """Approve with edits: every check first, answered in the modal; then the decision."""
-    from bot import listeners as li
-
-    meta = li.read_metadata(view.get("private_metadata"))
+    meta = read_metadata(view.get("private_metadata"))
     approval_id = ids.shaped(ids.APPROVAL, meta.get("approval_id"))
-    user = ids.shaped(ids.USER, li.dig(body, "user", "id"))
+    user = ids.shaped(ids.USER, dig(body, "user", "id"))
     request = sb.rt.approvals.find(approval_id) if approval_id else None
     tool = sb.rt.registry.get(request.tool) if request is not None else None
     if user is None or request is None or tool is None:
@@ -360,7 +360,7 @@ def on_edit_submitted(
         ack(response_action="errors", errors={"a0": m.APPROVAL_NOT_FOUND[:150]})
         return
     first = next((f.block_id for f in fields(tool, request.args) if f.kind != "fixed"), "a0")
-    team = li.user_team(body)[:64]
+    team = user_team(body)[:64]
     try:
         roles = sb.identity.roles(user, team, wait=MODAL_ROLES_WAIT)
     except RolesUnavailable:  # answered in the modal: the ack must come within 3 s
@@ -372,34 +372,30 @@ def on_edit_submitted(
         problem = m.ALREADY_DECIDED.format(outcome=outcome_text(request))
     elif meta.get("binding") != request.binding:
         problem = m.EDIT_STALE
-    elif not li.may_decide(sb, request, user, roles):
+    elif not sb.may_decide(request, user, roles):
         problem = m.NOT_ALLOWED_TO_DECIDE.format(
             approvers=sb.rt.policy.approvers_text(request.tool)
         )
     if problem:
-        log.info("edit_refused", approval_id=request.id, user=user, why=problem[:80])
         ack(response_action="errors", errors={first: cut(problem, 150)})
+        log.info("edit_refused", approval_id=request.id, user=user, why=problem[:80])
+        sb.rt.events.append(
+            request.run_id, EventKind.EDIT_REFUSED, approval_id=request.id, by=user, why=problem
+        )
         return
-    args, errors = read_edit(tool, request.args, li.dig(view, "state", "values"))
+    args, errors = read_edit(tool, request.args, dig(view, "state", "values"))
     if args is not None:
         try:
             args = service.checked_edit(sb.rt, request, args)
         except EditRefused as exc:
             errors = refusal_errors(tool, request.args, exc) or {first: cut(exc.message, 150)}
     if args is None or errors:
-        sb.rt.events.append(
-            request.run_id, "edit_refused", approval_id=request.id, by=user, errors=errors
-        )
         ack(response_action="errors", errors=errors)
+        sb.rt.events.append(
+            request.run_id, EventKind.EDIT_REFUSED, approval_id=request.id, by=user, errors=errors
+        )
         return
     ack()
-    clicked = li.Clicked(
-        user=user,
-        team=team,
-        channel=ids.shaped(ids.CHANNEL, meta.get("channel")) or "",
-        message_ts=ids.shaped(ids.TS, meta.get("ts")) or "",
-        thread_ts=ids.shaped(ids.TS, meta.get("thread_ts")) or "",
-        in_home=meta.get("home") == "1",
-    )
-    outcome = li.decide(sb, request.id, clicked, approve=True, edited_args=args)
-    li.after_decision(sb, client, clicked, outcome)
+    who = Clicked.submitted(user, team, meta)
+    outcome = decide(sb, request.id, who, approve=True, edited_args=args)
+    after_decision(sb, client, who, outcome)

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Callable
 from typing import Any
 
-from approvals import ApprovalRequest
 from bot.blocks import is_high_risk
 from bot.views import home_view
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime
-
-Decides = Callable[[ApprovalRequest, str, frozenset[str]], bool]  # (request, decider, roles)
 
 SPEND_SCAN = 5000  # runs created today that the spend figure looks at, at most
 BATCH = 500
@@ -26,13 +22,13 @@ def build_home(
     user_id: str,
     roles: frozenset[str],
     *,
-    decides: Decides | None = None,
+    decides: service.Decides | None = None,
     page: int = 0,
 ) -> dict[str, Any]:
     """`decides`: who may decide, when the surface knows more than the policy (Slack:
     external people); `service.pending_for` already asked the policy. `page`: of the
     requests waiting for this person."""
-    admin = rt.policy.is_admin(roles)
+    admin = service.is_admin(rt, roles)
     mine = rt.store.recent(user_id=user_id, limit=15)
     waiting = [
         r

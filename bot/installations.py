@@ -24,6 +24,8 @@ import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
+from bot.payloads import dig, envelope_team
+
 log = structlog.get_logger(__name__)
 
 
@@ -81,42 +83,6 @@ def app_of_bot(client: WebClient, bot_id: Any) -> str:
         log.warning("slack_bots_info_failed", error=str(exc)[:200])
         return ""
     return app_id if isinstance(app_id, str) else ""
-
-
-def envelope_team(body: Mapping[str, Any]) -> tuple[str, str]:
-    """(team, enterprise) the request was sent for: events and commands say `team_id`,
-    clicks and modals `team` (null for an org-wide install) and `enterprise`."""
-    team = body.get("team_id") or body.get("team")
-    if isinstance(team, dict):
-        team = team.get("id")
-    enterprise = body.get("enterprise_id") or body.get("enterprise")
-    if isinstance(enterprise, dict):
-        enterprise = enterprise.get("id")
-    return (team if isinstance(team, str) else ""), (
-        enterprise if isinstance(enterprise, str) else ""
-    )
-
-
-def user_team(body: Mapping[str, Any]) -> str:
-    """The asking person's own team: for a Slack Connect user, their organisation's, not
-    the workspace the request was sent for. Falls back to the envelope's team."""
-    event = body.get("event")
-    found: Any = None
-    if isinstance(event, dict):
-        found = event.get("user_team") or dig(event, "user_profile", "team") or event.get("team")
-    if not found:
-        found = dig(body, "user", "team_id")
-    if not isinstance(found, str) or not found:
-        found = envelope_team(body)[0]
-    return found
-
-
-def dig(data: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
 
 
 class Installations:

@@ -160,7 +160,10 @@ def test_an_edit_is_checked_in_the_modal_and_exactly_the_edited_call_runs_once(
     assert [e.data["args"]["title"] for e in events if e.kind == "tool_result"] == [
         "VPN down in Berlin"
     ]
-    assert len([e for e in events if e.kind == "edit_refused"]) == 2
+    refused = [e.data for e in events if e.kind == "edit_refused"]
+    assert len(refused) == 4  # two for what was submitted, two for who or when:
+    # the requester's own submission, and the approver's once the request was decided
+    assert sorted(r["by"] for r in refused if "why" in r) == sorted([ALICE, SUPPORT])
 
 
 def test_a_forged_edit_for_another_version_of_the_call_approves_nothing(

@@ -28,8 +28,8 @@ from structlog.testing import capture_logs
 from bot import envelope, ids
 from bot.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, SAVE_DEMO, SHOW_ARGS, VIEW_RUN
 from bot.commands import MAX_TEXT, parse
-from bot.listeners import question_text
 from bot.mrkdwn import code, code_block, cut, escape, one_line, split, to_mrkdwn
+from bot.payloads import question_text
 from tests.bot_helpers import ADMIN, ALICE, BotEnv, bot_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import (

@@ -20,7 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 import redis
 import structlog
@@ -84,14 +84,6 @@ def is_run_end(kind: str) -> bool:
     return kind.startswith("run_") and kind != EventKind.RUN_CREATED
 
 
-# Writers on lines that changes in flight rework (bot/listeners.py, bot/edit.py, bot/demos.py,
-# `decide` in worker/service.py, `escalate` in worker/reminders.py) still pass these as strings
-# (issue 13); once they pass the EventKind, `append` takes only that.
-UnconvertedKind = Literal[
-    "decision_refused", "edit_refused", "demo_candidate_saved", "approval_escalated"
-]
-
-
 @dataclass(frozen=True)
 class Event:
     id: str
@@ -111,7 +103,7 @@ class EventLog:
     def key(self, run_id: str) -> str:
         return f"{self.ns}run:{run_id}:events"
 
-    def append(self, run_id: str, kind: EventKind | UnconvertedKind, **data: Any) -> None:
+    def append(self, run_id: str, kind: EventKind, **data: Any) -> None:
         body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
         held = self._held.get(run_id)
         if held is not None:

@@ -75,7 +75,7 @@ def escalate(rt: runtime.Runtime, approval_id: str) -> str:
     run = rt.store.find(request.run_id)
     if run is None:
         return "missing"
-    rt.events.append(run.id, "approval_escalated", approval_id=approval_id, to=to)
+    rt.events.append(run.id, EventKind.APPROVAL_ESCALATED, approval_id=approval_id, to=to)
     log.info("approval_escalated", approval_id=approval_id, to=to)
     rt.surface(run).approval_reminder(run, request, escalated=True)
     return "escalated"

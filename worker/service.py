@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -24,6 +25,9 @@ MAX_QUESTION_CHARS = 4000
 MAX_HISTORY_MESSAGES = 20
 MAX_HISTORY_CHARS = 16_000  # a reply carries at most this much of the thread: bounded storage
 MAX_THREAD_HOPS = 20  # how far back a reply looks for the asker's own last run in the thread
+
+# a surface's own answer to "may this person decide this request": (request, decider, roles)
+Decides = Callable[[ApprovalRequest, str, frozenset[str]], bool]
 
 
 class QuestionRejected(ValueError):
@@ -148,8 +152,10 @@ def decide(
     reason: str = "",
     edited_args: dict[str, Any] | None = None,
     instructions: str = "",
+    decides: Decides | None = None,
 ) -> DecisionOutcome:
-    """Approve or reject. Checks the decider against the policy; of concurrent decisions
+    """Approve or reject. Checks the decider against the policy (or `decides`, a surface's
+    own check, which holds the policy's and may add to it); of concurrent decisions
     exactly one wins, the others learn who decided. `edited_args` approve with edits (they
     are checked as the model's arguments were, for the requester); `instructions` go with
     a rejection, to the model, as the approver's words."""
@@ -160,8 +166,15 @@ def decide(
     approvers = rt.policy.approvers_text(request.tool)
     if request.decided:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, request, approvers)
-    if not may_decide(rt, request, decider_id, decider_roles):
-        rt.events.append(request.run_id, "decision_refused", approval_id=approval_id, by=decider_id)
+    allowed = (
+        may_decide(rt, request, decider_id, decider_roles)
+        if decides is None
+        else decides(request, decider_id, decider_roles)
+    )
+    if not allowed:
+        rt.events.append(
+            request.run_id, EventKind.DECISION_REFUSED, approval_id=approval_id, by=decider_id
+        )
         return DecisionOutcome(DecisionResult.NOT_ALLOWED, request, approvers)
     edits = []
     if approve and edited_args is not None:
@@ -197,6 +210,10 @@ def decide(
     )
     rt.enqueue_advance(request.run_id)
     return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
+
+
+# -- who may do what: every surface asks here (Slack adds its rule for external people in
+# bot.identity, through bot.listeners.Bot)
 
 
 def may_decide(
@@ -235,7 +252,7 @@ def cancel(rt: Runtime, run_id: str, *, by: str, roles: frozenset[str]) -> Cance
     run = rt.store.find(run_id)
     if run is None:
         return CancelResult.NOT_FOUND
-    if by != run.requester.user_id and not rt.policy.is_admin(roles):
+    if not may_cancel(rt, run, by, roles):
         return CancelResult.NOT_ALLOWED
     return request_cancel(rt, run, by=by)
 
@@ -252,7 +269,35 @@ def request_cancel(rt: Runtime, run: Run, *, by: str) -> CancelResult:
 
 
 def may_inspect(rt: Runtime, run: Run, user_id: str, roles: frozenset[str]) -> bool:
-    return run.requester.user_id == user_id or rt.policy.is_admin(roles)
+    """See a run's trajectory: its requester and admins."""
+    return run.requester.user_id == user_id or is_admin(rt, roles)
+
+
+def may_cancel(rt: Runtime, run: Run, user_id: str, roles: frozenset[str]) -> bool:
+    """Cancel a run: its requester and admins."""
+    return user_id == run.requester.user_id or is_admin(rt, roles)
+
+
+def may_see_args(
+    rt: Runtime,
+    request: ApprovalRequest,
+    user_id: str,
+    roles: frozenset[str],
+    *,
+    decides: Decides | None = None,
+) -> bool:
+    """See a request's full arguments: its requester, whoever may decide it (`may_decide`,
+    or a surface's own `decides`), and admins."""
+    if user_id == request.requester:
+        return True
+    if decides(request, user_id, roles) if decides else may_decide(rt, request, user_id, roles):
+        return True
+    return is_admin(rt, roles)
+
+
+def is_admin(rt: Runtime, roles: frozenset[str]) -> bool:
+    """Admins see every run, cancel any, and save runs to the task library."""
+    return rt.policy.is_admin(roles)
 
 
 PENDING_SCAN = 5000  # pending requests looked at for one person's list, at most
@@ -275,7 +320,11 @@ __all__ = [
     "RunStatus",
     "cancel",
     "decide",
+    "is_admin",
+    "may_cancel",
+    "may_decide",
     "may_inspect",
+    "may_see_args",
     "pending_for",
     "request_cancel",
     "submit",

@@ -1,0 +1,245 @@
+"""What every listener shares: the `Bot` they are given, the `boundary` they run inside,
+the click prelude of every button (`clicked`, `clicked_request`), answering the person who
+clicked (`tell`), deciding a request (`decide`, `after_decision`) and the App Home
+(`publish_home`). `bot.edit` and `bot.batch` use these too.
+
+Who may do what is asked of `Bot` (`may_decide`, `may_see_args`, ...): the service layer's
+checks (`worker.service`) with the rule only Slack knows (`bot.identity`: an external
+person decides only with an approver role they hold by name). No listener checks inline.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ParamSpec
+
+import structlog
+from slack_bolt import Ack
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from approvals import ApprovalRequest
+from bot import ids
+from bot import messages as m
+from bot.blocks import outcome_text
+from bot.home import build_home
+from bot.identity import Identity
+from bot.installations import Home, Installations
+from bot.mrkdwn import escape
+from bot.payloads import Clicked, action_value
+from bot.threads import Threads
+from bot.views import modal
+from worker import service
+from worker.roles import RolesUnavailable
+from worker.run import Run
+from worker.runtime import Runtime
+
+if TYPE_CHECKING:  # bot.surface imports bot.batch, which imports this module
+    from bot.surface import SlackSurface
+
+log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class Bot:
+    rt: Runtime
+    identity: Identity
+    threads: Threads
+    surface: SlackSurface
+    home: Home
+    installations: Installations
+
+    # -- who may do what ---------------------------------------------------------------------
+
+    def may_start(self, roles: Iterable[str]) -> bool:
+        return self.identity.may_start(roles)
+
+    def may_decide(self, request: ApprovalRequest, user: str, roles: frozenset[str]) -> bool:
+        """`service.may_decide`, and for an external person an approver role held by name."""
+        return self.identity.may_decide(
+            request.tool, request.requester, user, roles, escalated=request.escalated
+        )
+
+    def may_see_args(self, request: ApprovalRequest, user: str, roles: frozenset[str]) -> bool:
+        return service.may_see_args(self.rt, request, user, roles, decides=self.may_decide)
+
+    def may_inspect(self, run: Run, user: str, roles: frozenset[str]) -> bool:
+        return service.may_inspect(self.rt, run, user, roles)
+
+    def is_admin(self, roles: frozenset[str]) -> bool:
+        return service.is_admin(self.rt, roles)
+
+
+def boundary(listener: Callable[P, None]) -> Callable[P, None]:
+    """The listener boundary: log with the traceback; Slack already has its ack."""
+
+    @functools.wraps(listener)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            listener(*args, **kwargs)
+        except RolesUnavailable as exc:  # fail closed, and say why
+            log.warning("roles_unavailable", listener=listener.__name__, error=str(exc))
+            client, body = kwargs.get("client"), kwargs.get("body")
+            if isinstance(client, WebClient) and isinstance(body, dict):
+                explain_roles_unavailable(client, body)
+        except Exception:  # boundary: nothing else would log it with our context
+            log.exception("listener_failed", listener=listener.__name__)
+
+    return guarded
+
+
+def explain_roles_unavailable(client: WebClient, body: dict[str, Any]) -> None:
+    """Tell the person who asked or clicked that nothing was done: their Slack user groups
+    (which decide what they may do) could not be confirmed."""
+    event = body.get("event")
+    try:
+        if isinstance(event, dict):
+            user = ids.shaped(ids.USER, event.get("user"))
+            channel = ids.shaped(ids.CHANNEL, event.get("channel"))
+            if user and channel and event.get("type") != "app_home_opened":
+                thread_ts = ids.shaped(ids.TS, event.get("thread_ts") or event.get("ts"))
+                client.chat_postEphemeral(
+                    channel=channel, user=user, text=m.ROLES_UNAVAILABLE, thread_ts=thread_ts
+                )
+            return
+        clicked = Clicked.of(body)
+        if clicked is not None:
+            tell(client, clicked, m.ROLES_UNAVAILABLE)
+        elif (user := ids.shaped(ids.USER, body.get("user_id"))) and (
+            channel := ids.shaped(ids.CHANNEL, body.get("channel_id"))
+        ):
+            client.chat_postEphemeral(channel=channel, user=user, text=m.ROLES_UNAVAILABLE)
+    except SlackApiError as exc:
+        log.warning("roles_unavailable_not_told", error=str(exc)[:300])
+
+
+def say(client: WebClient, channel: str, thread_ts: str | None, text: str) -> None:
+    client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+
+
+def tell(client: WebClient, clicked: Clicked, text: str) -> None:
+    """An answer only the clicker sees: ephemeral in the channel, or a small modal (on top
+    of the modal clicked in, if any)."""
+    if clicked.channel:
+        client.chat_postEphemeral(
+            channel=clicked.channel,
+            user=clicked.user,
+            text=text,
+            thread_ts=clicked.thread_ts or None,
+        )
+    elif clicked.trigger_id:
+        view = modal("Switchboard", [{"type": "section", "text": {"type": "mrkdwn", "text": text}}])
+        if clicked.in_modal:
+            client.views_push(trigger_id=clicked.trigger_id, view=view)
+        else:
+            client.views_open(trigger_id=clicked.trigger_id, view=view)
+
+
+# -- the click prelude ---------------------------------------------------------------------
+
+
+def clicked(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], pattern: re.Pattern[str]
+) -> tuple[Clicked, str] | None:
+    """Every button's start: ack at once, then who clicked and the id the button carries
+    (of the shape `pattern`: an approval or a run). None for a malformed click (logged)."""
+    ack()
+    value = action_value(action, pattern)
+    who = Clicked.of(body)
+    if value is None or who is None:
+        return None
+    return who, value
+
+
+def clicked_request(
+    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
+) -> tuple[Clicked, ApprovalRequest] | None:
+    """`clicked`, for a card's button, and the request it is about; a request that no
+    longer exists is said so to the clicker."""
+    found = clicked(ack, body, action, ids.APPROVAL)
+    if found is None:
+        return None
+    who, approval_id = found
+    request = sb.rt.approvals.find(approval_id)
+    if request is None:
+        tell(client, who, m.APPROVAL_NOT_FOUND)
+        return None
+    return who, request
+
+
+def may_not_decide(client: WebClient, who: Clicked, request: ApprovalRequest, sb: Bot) -> bool:
+    """Before a decision's modal opens: tell the clicker when the request is decided
+    already or is not theirs to decide (True: stop there)."""
+    if request.decided:
+        tell(client, who, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
+        return True
+    if not sb.may_decide(request, who.user, who.roles(sb.identity)):
+        approvers = escape(sb.rt.policy.approvers_text(request.tool))
+        tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
+        return True
+    return False
+
+
+# -- deciding ------------------------------------------------------------------------------
+
+
+def decide(
+    sb: Bot,
+    approval_id: str,
+    who: Clicked,
+    *,
+    approve: bool,
+    reason: str = "",
+    edited_args: dict[str, Any] | None = None,
+    instructions: str = "",
+) -> service.DecisionOutcome:
+    """service.decide, with the check only Slack knows of: an external person (Slack
+    Connect) decides only with an approver role they hold by name."""
+    return service.decide(
+        sb.rt,
+        approval_id,
+        decider_id=who.user,
+        decider_roles=who.roles(sb.identity),
+        approve=approve,
+        reason=reason,
+        edited_args=edited_args,
+        instructions=instructions,
+        decides=sb.may_decide,
+    )
+
+
+def after_decision(
+    sb: Bot, client: WebClient, who: Clicked, outcome: service.DecisionOutcome
+) -> None:
+    result, request = outcome.result, outcome.request
+    log.info(
+        "decision",
+        result=result.value,
+        user=who.user,
+        approval_id=request.id if request else None,
+    )
+    if result == service.DecisionResult.NOT_FOUND or request is None:
+        tell(client, who, m.APPROVAL_NOT_FOUND)
+    elif result == service.DecisionResult.NOT_ALLOWED:
+        tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=escape(outcome.approvers)))
+    elif result == service.DecisionResult.INVALID_EDIT:
+        why = outcome.refused.message if outcome.refused else ""
+        tell(client, who, m.EDIT_INVALID.format(why=escape(why)))
+    elif result == service.DecisionResult.ALREADY_DECIDED:
+        tell(client, who, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
+        sb.surface.show_outcome(request, also=who.card)
+    else:
+        sb.surface.show_outcome(request, also=who.card)
+    if who.in_home:
+        publish_home(sb, client, who.user, who.team, page=who.home_page)
+
+
+def publish_home(sb: Bot, client: WebClient, user_id: str, team: str, page: int = 0) -> None:
+    roles = sb.identity.roles(user_id, team)
+    view = build_home(sb.rt, user_id, roles, decides=sb.may_decide, page=page)
+    client.views_publish(user_id=user_id, view=view)

@@ -1,0 +1,66 @@
+"""The slash command, `/switchboard`: help, `runs`, `run <id>`, `cancel <id>` (parsed in
+`bot.commands`), answered ephemerally where it was typed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from slack_bolt import Ack
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.webhook import WebhookClient
+
+from bot import messages as m
+from bot.commands import parse, runs_listing
+from bot.listeners.actions import cancel_run, show_run
+from bot.listeners.base import Bot, boundary
+from bot.payloads import Asked
+
+log = structlog.get_logger(__name__)
+
+COMMAND = "/switchboard"
+
+
+@boundary
+def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) -> None:
+    ack()
+    asked = Asked.of(command)
+    if asked is None:
+        return
+    user = asked.user
+    parsed = parse(asked.text)
+    if parsed.verb == "help":
+        answer(client, asked, text=m.HELP)
+    elif parsed.verb == "error":
+        answer(client, asked, text=parsed.error)
+    elif parsed.verb == "runs":
+        admin = sb.is_admin(sb.identity.roles(user, asked.team))
+        blocks = runs_listing(sb.rt, parsed, user, admin)
+        answer(client, asked, text=m.RUNS_FALLBACK, blocks=blocks)
+    elif parsed.verb == "run" and parsed.run_id:
+        problem = show_run(sb, client, parsed.run_id, user, asked.team, asked.trigger_id)
+        if problem:
+            answer(client, asked, text=problem)
+    elif parsed.verb == "cancel" and parsed.run_id:
+        answer(client, asked, text=cancel_run(sb, parsed.run_id, user, asked.team))
+    log.info("command", verb=parsed.verb, user=user, channel=asked.channel)
+
+
+def answer(
+    client: WebClient,
+    asked: Asked,
+    *,
+    text: str,
+    blocks: list[dict[str, Any]] | None = None,
+) -> None:
+    """Ephemeral, in the channel the command was typed in; through the command's
+    response_url when the bot cannot post there (e.g. it is not a member)."""
+    try:
+        client.chat_postEphemeral(channel=asked.channel, user=asked.user, text=text, blocks=blocks)
+    except SlackApiError as exc:
+        url = asked.response_url
+        if not url.startswith("https://hooks.slack.com/"):
+            raise
+        log.info("command_answer_via_response_url", error=exc.response.get("error"))
+        WebhookClient(url).send(text=text, blocks=blocks, response_type="ephemeral")

@@ -1,0 +1,82 @@
+"""The installation going away (`app_uninstalled`, `tokens_revoked`), and the catch-alls:
+whatever no listener of ours claims (old buttons, shortcuts, views, events we do not
+subscribe to) is acked and logged, so Bolt's 404 "unhandled request" never reaches Slack:
+failed deliveries count toward Slack turning the event subscription off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from slack_bolt import Ack
+
+from bot import messages as m
+from bot.listeners.base import Bot, boundary
+from bot.listeners.commands import COMMAND
+from bot.mrkdwn import escape
+from bot.payloads import interaction_id, team_of
+from worker import service
+from worker.run import RunStatus
+
+log = structlog.get_logger(__name__)
+
+IN_FLIGHT = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+SCAN = 10_000  # in-flight runs and pending approvals looked at when an installation goes
+
+
+@boundary
+def on_installation_gone(event: dict[str, Any], body: dict[str, Any], sb: Bot) -> None:
+    """`app_uninstalled`, or `tokens_revoked` naming a bot token (ours: Slack sends it to
+    the app whose tokens they were): stop posting to that workspace, cancel its runs in
+    flight and withdraw their pending approvals, so nothing waits on people who can no
+    longer see it. User tokens alone do not matter: Switchboard holds none."""
+    why = str(event.get("type"))
+    tokens = event.get("tokens")
+    if why == "tokens_revoked" and not (isinstance(tokens, dict) and tokens.get("bot")):
+        log.info("slack_user_tokens_revoked", team=team_of(body))
+        return
+    team = team_of(body)
+    sb.installations.revoke(team, why)
+    runs = [
+        run
+        for status in IN_FLIGHT
+        for run in sb.rt.store.recent(status=status, limit=SCAN)
+        if run.origin.get("surface") == "slack" and run.origin.get("team", "") in ("", team)
+    ]
+    for run in runs:
+        service.request_cancel(sb.rt, run, by=why)
+    ours = {run.id for run in runs}
+    withdrawn = 0
+    for request in sb.rt.approvals.pending(limit=SCAN):
+        if request.run_id in ours:
+            decision = sb.rt.approvals.withdraw(request.id, m.WITHDRAWN_UNINSTALLED)
+            if decision.won:
+                sb.rt.cancel_expiry(request.id)
+                withdrawn += 1
+    log.warning("slack_installation_gone", why=why, team=team, runs=len(runs), approvals=withdrawn)
+
+
+# -- everything no listener claims -----------------------------------------------------------
+
+
+def on_other_event(event: dict[str, Any]) -> None:
+    """Events we do not act on (Bolt has acked them): `member_joined_channel`,
+    `channel_shared`, `team_access_granted`, ..."""
+    log.info("event_ignored", type=str(event.get("type"))[:60])
+
+
+def on_other_interaction(ack: Ack, body: dict[str, Any]) -> None:
+    """A button of an older build, another app's shortcut, a modal that is not ours."""
+    ack()
+    log.info("interaction_ignored", type=str(body.get("type"))[:40], id=interaction_id(body))
+
+
+def on_other_options(ack: Ack, body: dict[str, Any]) -> None:
+    ack(options=[])
+    log.info("interaction_ignored", type=str(body.get("type"))[:40], id=interaction_id(body))
+
+
+def on_other_command(ack: Ack, command: dict[str, Any]) -> None:
+    name = str(command.get("command"))[:40]
+    ack(text=m.COMMAND_NOT_OURS.format(command=escape(name), ours=COMMAND))
+    log.info("command_ignored", command=name)

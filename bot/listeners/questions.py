@@ -1,0 +1,89 @@
+"""Questions: a mention of the bot, a DM, a reply in a channel thread the bot answered in.
+Each becomes a run (`ask`), continuing the thread's conversation if the bot answered there.
+Assistant threads (`bot.listeners.assistant`) ask through `ask` too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from slack_bolt import BoltContext
+from slack_sdk import WebClient
+
+from bot import messages as m
+from bot.listeners.base import Bot, boundary, say
+from bot.mrkdwn import escape
+from bot.payloads import Question, Said, bot_mention, question_text
+from worker import service
+from worker.run import Run
+
+log = structlog.get_logger(__name__)
+
+
+def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
+    """Create the run (continuing the thread's conversation, if the bot answered there)."""
+    requester = sb.identity.requester(q.user, q.user_team, q.channel)
+    if not sb.may_start(requester.roles):
+        log.info("question_refused_external", user=q.user, team=q.user_team)
+        if not q.overheard:
+            say(client, q.channel, q.thread_ts, m.EXTERNAL_CANNOT_ASK)
+        return None
+    parent = None
+    parent_id = sb.threads.last_run(q.channel, q.thread_ts)
+    if parent_id:
+        parent = sb.rt.store.find(parent_id)
+        if parent is not None and not parent.status.terminal:
+            say(client, q.channel, q.thread_ts, m.STILL_WORKING)
+            return None
+    origin = {
+        "surface": "slack",
+        "channel": q.channel,
+        "thread_ts": q.thread_ts,
+        "team": q.team,
+        "event_id": q.event_id,
+        "assistant": "1" if q.assistant else "",
+    }
+    try:
+        run = service.submit(sb.rt, q.text, requester, origin=origin, parent=parent)
+    except service.QuestionRejected as exc:
+        say(client, q.channel, q.thread_ts, m.QUESTION_REJECTED.format(reason=escape(str(exc))))
+        return None
+    sb.threads.remember(q.channel, q.thread_ts, run.id)
+    log.info("run_submitted", run_id=run.id, user=q.user, channel=q.channel, parent=parent_id)
+    return run
+
+
+@boundary
+def on_mention(
+    event: dict[str, Any], body: dict[str, Any], context: BoltContext, client: WebClient, sb: Bot
+) -> None:
+    said = Said.of(event)
+    if said is None:
+        return
+    thread_ts = said.thread_ts or said.ts
+    text = question_text(said.text, context.bot_user_id)
+    if not text:
+        say(client, said.channel, thread_ts, m.EMPTY_MENTION)
+        return
+    ask(sb, client, Question.of(text, said, body))
+
+
+@boundary
+def on_message(
+    event: dict[str, Any], body: dict[str, Any], context: BoltContext, client: WebClient, sb: Bot
+) -> None:
+    """DMs, and replies in channel threads the bot answered in; everything else is ignored."""
+    said = Said.of(event)
+    if said is None:
+        return
+    if said.channel_type != "im":
+        if not said.thread_ts or said.thread_ts == said.ts:
+            return  # channel chatter is not for us
+        if context.bot_user_id and bot_mention(context.bot_user_id).search(said.text):
+            return  # a mention: the app_mention listener has it
+        if sb.threads.last_run(said.channel, said.thread_ts) is None:
+            return  # a thread the bot never answered in
+    text = question_text(said.text, context.bot_user_id)
+    if not text:
+        return
+    ask(sb, client, Question.of(text, said, body, overheard=said.channel_type != "im"))
