@@ -156,8 +156,8 @@ class UserGroups:
             return
         try:
             self.shared.set(self.key, raw, px=int(self.ttl * 1000))
-        except redis.RedisError as exc:
-            log.warning("usergroups_shared_unwritable", error=str(exc)[:300])
+        except Exception as exc:  # only a cache: Slack's answer is already in use here
+            log.warning("usergroups_shared_unwritable", error=f"{type(exc).__name__}: {exc}"[:300])
 
     def _fetch(self) -> dict[str, set[str]]:
         response = self.client.usergroups_list(include_users=True)
