@@ -15,8 +15,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from tools import Policy, Tool, canonical_json
+from tools.decode import canonical_json
 from tools.exceptions import ArgumentError
+from tools.policy import Policy
+from tools.registry import Tool
 
 MAX_CHANGES_SHOWN = 20
 VALUE_SHOWN = 200

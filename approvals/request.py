@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tools import canonical_json
+from tools.decode import canonical_json
 
 
 class ApprovalStatus(StrEnum):

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from approvals.request import ApprovalRequest, ApprovalStatus, binding_hash
-from tools import canonical_json
+from tools.decode import canonical_json
 
 INSTRUCTIONS_MAX = 1000  # what an approver tells the agent: an observation, kept small
 

@@ -50,7 +50,8 @@ from tests.fakes.slack_server import (  # noqa: E402
     next_ts,
     signed_headers,
 )
-from tools import Policy, registry  # noqa: E402
+from tools.policy import Policy  # noqa: E402
+from tools.registry import registry  # noqa: E402
 from worker.runtime import Runtime  # noqa: E402
 
 SECRET = "bench-signing-secret"

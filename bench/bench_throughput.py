@@ -165,7 +165,8 @@ def agents_child(model_url: str, n: int) -> None:
     from bench_loop import agents_run, build_agent
 
     import tools.builtin
-    from tools import Policy, registry
+    from tools.policy import Policy
+    from tools.registry import registry
 
     tools.builtin.load()
     one = agents_run(

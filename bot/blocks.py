@@ -27,7 +27,7 @@ from bot.mrkdwn import (
     split,
     to_mrkdwn,
 )
-from tools import Policy
+from tools.policy import Policy
 from worker.run import EndReason, Run, RunStatus
 
 # action and callback ids (not shown to people)

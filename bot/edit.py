@@ -38,8 +38,9 @@ from bot.listeners.base import (
 from bot.mrkdwn import cut, escape, mention, plain
 from bot.payloads import Clicked, dig, read_metadata, user_team
 from bot.views import modal
-from tools import ArgumentError, Tool, canonical_json
-from tools.decode import MAX_ARGUMENT_BYTES, parse_arguments
+from tools.decode import MAX_ARGUMENT_BYTES, canonical_json, parse_arguments
+from tools.exceptions import ArgumentError
+from tools.registry import Tool
 from worker import service
 from worker.events import EventKind
 from worker.roles import RolesUnavailable

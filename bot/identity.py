@@ -23,8 +23,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
 from bot.installations import Home
-from tools import Policy
-from tools.policy import EVERYONE, EXTERNAL, REQUESTER
+from tools.policy import EVERYONE, EXTERNAL, REQUESTER, Policy
 from worker.roles import RolesUnavailable
 from worker.run import Requester
 from worker.runtime import Runtime

@@ -18,8 +18,7 @@ from bot import ids
 from bot import messages as m
 from bot.identity import UserGroups
 from bot.mrkdwn import date, escape, mention
-from tools import Policy
-from tools.policy import REQUESTER
+from tools.policy import REQUESTER, Policy
 from worker.roles import RolesUnavailable
 
 log = structlog.get_logger(__name__)

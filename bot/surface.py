@@ -39,7 +39,7 @@ from bot.installations import Installations
 from bot.mrkdwn import channel as channel_link
 from bot.stream import AnswerStreams, StreamedAnswer, flag_ungrounded
 from bot.throttle import Throttle
-from tools import Tool
+from tools.registry import Tool
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
 

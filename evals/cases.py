@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from evals.scripted import ScriptedModel, ScriptedTurn
-from tools import OperatorError
+from tools.exceptions import OperatorError
 from worker.run import RunStatus
 
 CATEGORIES = ("direct", "branch", "missing", "adversarial")

@@ -17,7 +17,7 @@ from switchboard.console import local_user
 from switchboard.render import plain, short, when
 from switchboard.settings import Config
 from switchboard.wiring import open_runtime
-from tools import OperatorError
+from tools.exceptions import OperatorError
 from worker import service
 from worker.runtime import Runtime
 

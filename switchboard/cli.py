@@ -23,7 +23,7 @@ from switchboard.redisconn import url_of
 from switchboard.settings import Config, data_dir
 from switchboard.supervise import STOP_SIGNALS, Supervisor, watch_lifeline
 from switchboard.wiring import open_runtime
-from tools import OperatorError
+from tools.exceptions import OperatorError
 from worker.run import RunStatus
 from worker.runtime import Runtime
 

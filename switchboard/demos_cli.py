@@ -8,7 +8,7 @@ from typing import Any
 
 from switchboard.settings import Config
 from switchboard.wiring import load_tools, open_runtime, task_library
-from tools import registry
+from tools.registry import registry
 from worker.library import (
     DEFAULT_LIBRARY,
     DemoError,

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
-from tools import OperatorError
+from tools.exceptions import OperatorError
 
 SLACK_SECTION = "README.md, 'In Slack'"
 

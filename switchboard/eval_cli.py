@@ -31,8 +31,9 @@ from switchboard.wiring import (
     load_tools,
     runtime_settings,
 )
-from tools import Policy, registry
 from tools.builtin.tickets import TicketStore
+from tools.policy import Policy
+from tools.registry import registry
 from worker import profiles, runtime
 from worker.budgets import PriceTable
 from worker.limits import Limits

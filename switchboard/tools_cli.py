@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from switchboard import logs
 from switchboard.settings import Config
 from switchboard.wiring import check_tools, load_policy, load_tools, profile_demo_problems
-from tools import OperatorError, Policy, PolicyError, registry
+from tools.exceptions import OperatorError, PolicyError
+from tools.policy import Policy
 from tools.profiles import Profile
+from tools.registry import registry
 from worker.profiles import named
 
 if TYPE_CHECKING:

@@ -10,7 +10,9 @@ import redis
 
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from tools import OperatorError, Policy, load_modules, registry
+from tools.exceptions import OperatorError
+from tools.policy import Policy
+from tools.registry import load_modules, registry
 from worker.budgets import PriceTable
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits

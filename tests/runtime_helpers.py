@@ -10,7 +10,8 @@ from typing import Any, Literal, TypeVar
 import redis
 
 import tools.builtin
-from tools import Policy, registry
+from tools.policy import Policy
+from tools.registry import registry
 from worker import runtime as runtime_module
 from worker import service
 from worker.model import ModelClient

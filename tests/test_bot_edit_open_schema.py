@@ -20,7 +20,8 @@ from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
 from tests.runtime_helpers import wait_until
 from tests.test_bot_edit import form, submit, text
-from tools import register_tool, registry
+from tools import register_tool
+from tools.registry import registry
 
 POLICY = """\
 roles:

@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 
 from approvals.edits import EditRefused, check_edit
 from bot.edit import edit_modal, fields, read_edit, refusal_errors
-from tools import Policy, ToolRegistry, canonical_json, register_tool
+from tools import register_tool
+from tools.decode import canonical_json
+from tools.policy import Policy
+from tools.registry import ToolRegistry
 
 REGISTRY = ToolRegistry()
 TOOL = register_tool(

@@ -28,9 +28,10 @@ from tests.bot_helpers import (
 from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import wait_until
 from tests.test_bot_flow import CREATE, suspended_on_card
-from tools import Policy, registry
 from tools.builtin.tickets import TicketStore
 from tools.exceptions import PolicyError
+from tools.policy import Policy
+from tools.registry import registry
 from worker.run import RunStatus
 from worker.sweeper import Sweeper
 

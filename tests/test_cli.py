@@ -9,7 +9,7 @@ import pytest
 
 from switchboard.cli import main
 from tests.processes import ROOT, worker_env
-from tools import registry
+from tools.registry import registry
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ import tools.builtin
 from switchboard.cli import main
 from tests.fakes.openai_server import Turn
 from tests.runtime_helpers import ALICE, make_runtime, work
-from tools import registry
-from tools.registry import ToolRegistry
+from tools.registry import ToolRegistry, registry
 from worker import service
 from worker.grounding import untraceable
 from worker.library import (

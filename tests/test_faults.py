@@ -25,8 +25,8 @@ from tests.runtime_helpers import (
     wait_until,
     work,
 )
-from tools import registry
 from tools.builtin.tickets import TicketStore
+from tools.registry import registry
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp import types
 
-from tools import McpConfigError, ToolDefinitionError
+from tools.exceptions import McpConfigError, ToolDefinitionError
 from tools.mcp import effect_of, expand, parameters_of, read_config
 from tools.mcp.bridge import make_tool
 from tools.mcp.loop import shared_loop

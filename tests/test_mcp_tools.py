@@ -22,17 +22,13 @@ from tests.mcp_helpers import (
     write_config,
 )
 from tests.runtime_helpers import wait_until
-from tools import (
-    ArgumentError,
-    McpServerError,
-    Policy,
-    ToolContext,
-    ToolRegistry,
-    decode_arguments,
-    execute,
-    register_tool,
-)
+from tools import ToolContext, register_tool
+from tools.decode import decode_arguments
+from tools.exceptions import ArgumentError, McpServerError
+from tools.execute import execute
 from tools.mcp import IDEMPOTENCY_META, McpServers
+from tools.policy import Policy
+from tools.registry import ToolRegistry
 
 CTX = ToolContext(user_id="UALICE", run_id="r1", call_id="c1")
 

@@ -14,8 +14,8 @@ from tests.fakes.openai_server import Turn
 from tests.processes import WorkerProcess, worker_env
 from tests.redis_server import RedisServer, TLSFiles, tls_binary
 from tests.runtime_helpers import ALICE, approve_first, make_runtime, wait_until, work
-from tools import OperatorError
 from tools.builtin.tickets import TicketStore
+from tools.exceptions import OperatorError
 from worker import service
 from worker.run import RunStatus
 

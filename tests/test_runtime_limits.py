@@ -14,7 +14,9 @@ from switchboard.settings import Config
 from switchboard.wiring import build_runtime
 from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import ALICE, make_runtime, work
-from tools import Policy, PolicyError, ToolRegistry
+from tools.exceptions import PolicyError
+from tools.policy import Policy
+from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
 from worker.limits import Limits

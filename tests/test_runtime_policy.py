@@ -11,8 +11,8 @@ import pytest
 from approvals import ApprovalRequest
 from tests.fakes.openai_server import Turn
 from tests.runtime_helpers import ALICE, event_kinds, make_runtime, tool_messages, work
-from tools import Tool
 from tools.builtin.tickets import TicketStore
+from tools.registry import Tool
 from worker import service
 from worker.library import Selector, TaskLibrary
 from worker.run import Run, RunStatus

@@ -9,8 +9,9 @@ from typing import Any
 
 from tests.fakes.openai_server import FakeOpenAI, Turn, conversation_key
 from tests.runtime_helpers import ALICE, approve_first, make_runtime, tool_messages, work
-from tools import Policy, registry
 from tools.builtin.tickets import TicketStore
+from tools.policy import Policy
+from tools.registry import registry
 from worker import service
 from worker.prompt import INSTRUCTIONS
 from worker.run import Requester, RunStatus

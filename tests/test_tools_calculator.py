@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools import ToolContext, execute
+from tools import ToolContext
 from tools.builtin import calculator
 from tools.builtin.calculator import CalculationError, calculate, evaluate, format_number
+from tools.execute import execute
 
 
 @pytest.mark.parametrize(

@@ -7,19 +7,11 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tools import (
-    ArgumentError,
-    DuplicateToolError,
-    Tool,
-    ToolContext,
-    ToolDefinitionError,
-    ToolRegistry,
-    make_tool,
-    register_tool,
-    tool,
-    tool_of,
-)
-from tools import registry as global_registry
+from tools import ToolContext, register_tool, tool
+from tools.declare import make_tool, tool_of
+from tools.exceptions import ArgumentError, DuplicateToolError, ToolDefinitionError
+from tools.registry import Tool, ToolRegistry
+from tools.registry import registry as global_registry
 from tools.schema import walk
 
 CTX = ToolContext(user_id="U123", team_id="T1", channel_id="C1", roles=frozenset({"everyone"}))

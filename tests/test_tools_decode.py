@@ -9,16 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tools import (
-    ArgumentError,
-    Tool,
-    ToolRegistry,
+from tools import register_tool
+from tools.declare import make_tool
+from tools.decode import (
+    MAX_ARGUMENT_BYTES,
+    MAX_DEPTH,
     canonical_json,
     decode_arguments,
-    make_tool,
-    register_tool,
+    nesting_exceeds,
 )
-from tools.decode import MAX_ARGUMENT_BYTES, MAX_DEPTH, nesting_exceeds
+from tools.exceptions import ArgumentError
+from tools.registry import Tool, ToolRegistry
 
 
 class Address(BaseModel):

@@ -13,17 +13,10 @@ from typing import Any
 
 import pytest
 
-from tools import (
-    Observation,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolRegistry,
-    execute,
-    make_tool,
-    register_tool,
-)
-from tools.execute import cap_text
+from tools import ToolContext, ToolError, register_tool
+from tools.declare import make_tool
+from tools.execute import Observation, cap_text, execute
+from tools.registry import Tool, ToolRegistry
 
 CTX = ToolContext(user_id="U1", call_id="call_1")
 
@@ -156,7 +149,9 @@ def test_a_tool_error_reaches_the_model_as_written_without_a_traceback() -> None
 
 
 LOGGED = """
-from tools import ToolContext, ToolError, ToolRegistry, execute, register_tool
+from tools import ToolContext, ToolError, register_tool
+from tools.execute import execute
+from tools.registry import ToolRegistry
 
 def refuse(ctx, args):
     raise {error}("no order 42")

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import ToolContext, execute
+from tools import ToolContext
 from tools.builtin import knowledge
 from tools.builtin.knowledge import EntryNotFound, KnowledgeError, knowledge_lookup
+from tools.execute import execute
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 import tools.builtin
-from tools import Denial, Policy, PolicyError, ToolRegistry, ToolRule
+from tools.exceptions import PolicyError
+from tools.policy import Denial, Policy, ToolRule
+from tools.registry import ToolRegistry
 
 
 @pytest.fixture

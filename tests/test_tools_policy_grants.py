@@ -13,8 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tools.builtin
-from tools import Denial, Policy, PolicyError, ToolRegistry, register_tool
+from tools import register_tool
+from tools.exceptions import PolicyError
 from tools.patterns import is_pattern, most_specific, pattern_matches, specificity
+from tools.policy import Denial, Policy
+from tools.registry import ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
 

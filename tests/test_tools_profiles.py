@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tools.builtin
-from tools import Policy, PolicyError, ToolRegistry
+from tools.exceptions import PolicyError
+from tools.policy import Policy
 from tools.profiles import MAX_INSTRUCTIONS_CHARS, Profile, read_instructions
+from tools.registry import ToolRegistry
 
 
 @pytest.fixture

@@ -10,14 +10,9 @@ import pytest
 
 import tools
 import tools.builtin
-from tools import (
-    DuplicateToolError,
-    ToolModuleError,
-    ToolRegistry,
-    load_modules,
-    make_tool,
-    registry,
-)
+from tools.declare import make_tool
+from tools.exceptions import DuplicateToolError, ToolModuleError
+from tools.registry import ToolRegistry, load_modules, registry
 
 BUILTIN_NAMES = [
     "calculate",
@@ -120,7 +115,8 @@ def test_an_operators_tool_named_like_a_builtin_loads_when_builtins_are_not_aske
     (module_dir / "sb_test_retail.py").write_text(
         textwrap.dedent(
             """
-            from tools import ToolRegistry, register_tool
+            from tools import register_tool
+            from tools.registry import ToolRegistry
 
             LOCAL = ToolRegistry()
             register_tool(

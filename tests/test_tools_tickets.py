@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from tools import ArgumentError, Observation, Tool, ToolContext, execute
+from tools import ToolContext
 from tools.builtin import tickets
 from tools.builtin.tickets import IdempotencyConflict, TicketError, TicketStore
+from tools.exceptions import ArgumentError
+from tools.execute import Observation, execute
+from tools.registry import Tool
 
 TOOLS = {tool.name: tool for tool in tickets.TOOLS}
 

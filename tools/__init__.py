@@ -1,53 +1,20 @@
 """Switchboard's tool library: declaring, validating, authorizing and running tools.
 
-Depends on nothing else in Switchboard. Tools come from Python modules
-(`load_modules`), from MCP servers (`tools.mcp`), and from the built-in samples in
-`tools.builtin` (opt-in: `tools.builtin.load()`, or `tools.builtin` in SWITCHBOARD_TOOLS).
+This package's own names are the authoring API, what a tool module needs (pinned by
+tests/test_tools_api.py):
+
+    from tools import tool, register_tool, ToolContext, ToolError
+
+Everything else lives in its module: `tools.registry` (Tool, ToolRegistry, the global
+`registry`, load_modules), `tools.policy` (Policy), `tools.execute`, `tools.decode`,
+`tools.exceptions` (the errors, OperatorError the operator's), `tools.declare` (make_tool,
+tool_of), `tools.mcp` (MCP servers) and `tools.builtin` (the opt-in samples).
+
+Depends on nothing else in Switchboard.
 """
 
 from tools.context import ToolContext
-from tools.declare import make_tool, register_tool, tool, tool_of
-from tools.decode import ArgumentError, canonical_json, decode_arguments
-from tools.exceptions import (
-    DuplicateToolError,
-    McpConfigError,
-    McpServerError,
-    OperatorError,
-    PolicyError,
-    ToolDefinitionError,
-    ToolError,
-    ToolModuleError,
-)
-from tools.execute import Observation, execute, valid_unicode
-from tools.policy import Denial, Policy, ToolRule
-from tools.registry import Tool, ToolRegistry, load_modules, register_all, registry
+from tools.declare import register_tool, tool
+from tools.exceptions import ToolError
 
-__all__ = [
-    "ArgumentError",
-    "Denial",
-    "DuplicateToolError",
-    "McpConfigError",
-    "McpServerError",
-    "Observation",
-    "OperatorError",
-    "Policy",
-    "PolicyError",
-    "Tool",
-    "ToolContext",
-    "ToolDefinitionError",
-    "ToolError",
-    "ToolModuleError",
-    "ToolRegistry",
-    "ToolRule",
-    "canonical_json",
-    "decode_arguments",
-    "execute",
-    "load_modules",
-    "make_tool",
-    "register_all",
-    "register_tool",
-    "registry",
-    "tool",
-    "tool_of",
-    "valid_unicode",
-]
+__all__ = ["ToolContext", "ToolError", "register_tool", "tool"]

@@ -11,7 +11,11 @@ import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus, LedgerState
 from approvals.edits import changes, changes_text
-from tools import ArgumentError, Observation, Tool, ToolContext, canonical_json, execute
+from tools.context import ToolContext
+from tools.decode import canonical_json
+from tools.exceptions import ArgumentError
+from tools.execute import Observation, execute
+from tools.registry import Tool
 from worker import metrics
 from worker.events import EventKind
 from worker.run import Call, Run

@@ -16,7 +16,9 @@ from datetime import timedelta
 import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus
-from tools import ArgumentError, Tool, canonical_json, decode_arguments
+from tools.decode import canonical_json, decode_arguments
+from tools.exceptions import ArgumentError
+from tools.registry import Tool
 from worker import executor, metrics, profiles, reminders
 from worker.budgets import exhausted
 from worker.events import EventKind

@@ -35,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from tools import OperatorError
+from tools.exceptions import OperatorError
 
 if TYPE_CHECKING:
     from approvals import ApprovalRequest

@@ -13,7 +13,7 @@ import httpx
 import openai
 import structlog
 
-from tools import valid_unicode
+from tools.execute import valid_unicode
 from worker.streaming import TextSink, TurnAccumulator
 
 log = structlog.get_logger(__name__)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools import Denial, OperatorError, Policy
+from tools.exceptions import OperatorError
+from tools.policy import Denial, Policy
 from tools.profiles import InstructionsTooLong, Profile, read_instructions
 from worker.library import Selector
 from worker.run import Run, RunProfile

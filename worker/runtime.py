@@ -14,7 +14,8 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from approvals import ApprovalStore, ExecutionLedger
-from tools import Policy, ToolRegistry
+from tools.policy import Policy
+from tools.registry import ToolRegistry
 from worker.budgets import PriceTable
 from worker.events import EventLog
 from worker.lease import LeaseKeeper

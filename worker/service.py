@@ -11,7 +11,7 @@ import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
-from tools import valid_unicode
+from tools.execute import valid_unicode
 from worker import metrics, profiles
 from worker.events import EventKind
 from worker.limits import LimitExceeded

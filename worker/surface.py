@@ -7,7 +7,7 @@ from typing import Protocol
 import structlog
 
 from approvals import ApprovalRequest
-from tools import Tool
+from tools.registry import Tool
 from worker.run import Run
 
 log = structlog.get_logger(__name__)

@@ -11,7 +11,9 @@ from typing import Any, Literal
 
 import yaml
 
-from tools import ArgumentError, OperatorError, ToolRegistry, canonical_json, decode_arguments
+from tools.decode import canonical_json, decode_arguments
+from tools.exceptions import ArgumentError, OperatorError
+from tools.registry import ToolRegistry
 
 DEFAULT_LIBRARY = Path(__file__).parent.parent / "data" / "demos.yaml"
 MAX_DEMOS = 2000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import redis
 
-from tools import ToolRegistry
+from tools.registry import ToolRegistry
 from worker.library.library import (
     DEFAULT_LIBRARY,
     DemoError,
