@@ -9,6 +9,8 @@ from typing import Any
 
 import redis
 
+from approvals.keys import ApprovalKeys
+
 # KEYS: ledger hash.  ARGV: binding, ttl.  Returns the state before this call ('' when new).
 _BEGIN = """
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -38,15 +40,15 @@ class ExecutionLedger:
     ) -> None:
         self.redis = connection
         self.ns = namespace
+        self.keys = ApprovalKeys(namespace)
         self.ttl = ttl
         self._begin = connection.register_script(_BEGIN)
 
-    def key(self, approval_id: str) -> str:
-        return f"{self.ns}ledger:{approval_id}"
-
     def begin(self, approval_id: str, binding: str) -> LedgerEntry:
         """Claim the execution. Only a caller that gets `NEW` may run the tool."""
-        before = self._begin(keys=[self.key(approval_id)], args=[binding, self.ttl]).decode()
+        before = self._begin(
+            keys=[self.keys.ledger(approval_id)], args=[binding, self.ttl]
+        ).decode()
         if before == "":
             return LedgerEntry(LedgerState.NEW)
         if before == LedgerState.FINISHED:
@@ -55,7 +57,7 @@ class ExecutionLedger:
 
     def finish(self, approval_id: str, ok: bool, result: Any) -> None:
         self.redis.hset(
-            self.key(approval_id),
+            self.keys.ledger(approval_id),
             mapping={
                 "state": LedgerState.FINISHED.value,
                 "ok": int(ok),
@@ -65,7 +67,8 @@ class ExecutionLedger:
 
     def get(self, approval_id: str) -> LedgerEntry:
         data = {
-            k.decode(): v.decode() for k, v in self.redis.hgetall(self.key(approval_id)).items()
+            k.decode(): v.decode()
+            for k, v in self.redis.hgetall(self.keys.ledger(approval_id)).items()
         }
         if not data:
             return LedgerEntry(LedgerState.NEW)

@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from approvals.keys import ApprovalKeys
 from approvals.request import ApprovalRequest, ApprovalStatus, binding_hash
 from tools.decode import canonical_json
 
@@ -89,16 +90,10 @@ class ApprovalStore:
     ) -> None:
         self.redis = connection
         self.ns = namespace
+        self.keys = ApprovalKeys(namespace)
         self.due_key = due_key
         self.keep_after_decision = keep_after_decision
         self._decide = connection.register_script(_DECIDE)
-
-    def key(self, approval_id: str) -> str:
-        return f"{self.ns}approval:{approval_id}"
-
-    @property
-    def pending_key(self) -> str:
-        return f"{self.ns}approvals:pending"
 
     def create(
         self,
@@ -135,14 +130,14 @@ class ApprovalStore:
             expires_at=now + ttl,
         )
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.key(request.id), mapping=request.to_hash())
-        pipe.expire(self.key(request.id), int(ttl + self.keep_after_decision))
-        pipe.zadd(self.pending_key, {request.id: request.expires_at})
+        pipe.hset(self.keys.approval(request.id), mapping=request.to_hash())
+        pipe.expire(self.keys.approval(request.id), int(ttl + self.keep_after_decision))
+        pipe.zadd(self.keys.pending, {request.id: request.expires_at})
         pipe.execute()
         return request
 
     def get(self, approval_id: str) -> ApprovalRequest:
-        data = self.redis.hgetall(self.key(approval_id))
+        data = self.redis.hgetall(self.keys.approval(approval_id))
         if not data:
             raise ApprovalNotFound(approval_id)
         return ApprovalRequest.from_hash({k.decode(): v.decode() for k, v in data.items()})
@@ -174,7 +169,7 @@ class ApprovalStore:
             )
             edit = [canonical_json(edited_args), binding, canonical_json(request.args)]
         result = self._decide(
-            keys=[self.key(approval_id), self.pending_key, self.due_key],
+            keys=[self.keys.approval(approval_id), self.keys.pending, self.due_key],
             args=[
                 status.value,
                 decided_by,
@@ -202,7 +197,7 @@ class ApprovalStore:
             "if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end "
             "redis.call('HSET', KEYS[1], 'escalated', '1') return 1"
         )
-        return bool(self.redis.eval(script, 1, self.key(approval_id)))
+        return bool(self.redis.eval(script, 1, self.keys.approval(approval_id)))
 
     def create_batch(self, requests: list[ApprovalRequest]) -> str:
         """One record for the requests a turn asked for together (one card, Approve all);
@@ -210,32 +205,29 @@ class ApprovalStore:
         ids = [r.id for r in requests]
         batch_id = "bt_" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:20]
         ttl = max(r.expires_at for r in requests) - time.time() + self.keep_after_decision
-        self.redis.set(self.batch_key(batch_id), json.dumps(ids), ex=max(1, int(ttl)))
+        self.redis.set(self.keys.batch(batch_id), json.dumps(ids), ex=max(1, int(ttl)))
         return batch_id
 
     def batch(self, batch_id: str) -> list[ApprovalRequest]:
-        raw = self.redis.get(self.batch_key(batch_id))
+        raw = self.redis.get(self.keys.batch(batch_id))
         ids = json.loads(raw) if raw else []
         found = (self.find(i) for i in ids if isinstance(i, str))
         return [r for r in found if r is not None]
 
-    def batch_key(self, batch_id: str) -> str:
-        return f"{self.ns}batch:{batch_id}"
-
     def add_card(self, approval_id: str, card: dict[str, str]) -> None:
         request = self.get(approval_id)
         request.cards.append(card)
-        self.redis.hset(self.key(approval_id), "cards", request.to_hash()["cards"])
+        self.redis.hset(self.keys.approval(approval_id), "cards", request.to_hash()["cards"])
 
     def pending(self, limit: int = 200) -> list[ApprovalRequest]:
         """Pending requests, the soonest to expire first; read in one round trip per
         `PAGE` of them."""
-        ids = [i.decode() for i in self.redis.zrange(self.pending_key, 0, limit - 1)]
+        ids = [i.decode() for i in self.redis.zrange(self.keys.pending, 0, limit - 1)]
         found: list[ApprovalRequest] = []
         for start in range(0, len(ids), PAGE):
             pipe = self.redis.pipeline(transaction=False)
             for approval_id in ids[start : start + PAGE]:
-                pipe.hgetall(self.key(approval_id))
+                pipe.hgetall(self.keys.approval(approval_id))
             for data in pipe.execute():
                 if data:
                     request = ApprovalRequest.from_hash(
@@ -248,4 +240,6 @@ class ApprovalStore:
     def overdue(self, now: float | None = None, limit: int = 100) -> list[str]:
         """Pending requests past their expiry (a backstop for the scheduled expiry job)."""
         cutoff = time.time() if now is None else now
-        return [i.decode() for i in self.redis.zrangebyscore(self.pending_key, 0, cutoff, 0, limit)]
+        return [
+            i.decode() for i in self.redis.zrangebyscore(self.keys.pending, 0, cutoff, 0, limit)
+        ]

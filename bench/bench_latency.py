@@ -124,7 +124,7 @@ class SwitchboardSide:
         """Poll the status indexes (every 50 ms: the time measured is each run's own
         `ended_at`, so polling only has to be cheap, not prompt)."""
         keys = [
-            self.rt.store.status_key(s)
+            self.rt.store.keys.status(s)
             for s in (RunStatus.COMPLETED, RunStatus.PARTIAL, RunStatus.FAILED)
         ]
         deadline = time.monotonic() + timeout

@@ -49,7 +49,7 @@ def settled_rss(pid: int, reads: int = 5) -> tuple[float, float]:
 
 def batch(rt: Runtime, n: int) -> None:
     ids = [service.submit(rt, FEE_QUESTION, ALICE).id for _ in range(n)]
-    completed = rt.store.status_key(RunStatus.COMPLETED)
+    completed = rt.store.keys.status(RunStatus.COMPLETED)
 
     def done() -> bool:
         scores = rt.redis.zmscore(completed, ids)

@@ -115,7 +115,7 @@ def main() -> int:
             workers = common.switchboard_workers(args.workers, url, fake.url, tmp)
             common.wait_for_workers(conn, rt.queue.name, args.workers)
             _ids, seconds = suspend_runs(rt, args.n)
-            pending = conn.zcard(rt.approvals.pending_key)
+            pending = conn.zcard(rt.approvals.keys.pending)
             row(
                 "runs suspended through the real loop",
                 f"{args.n:,} in {seconds:.1f} s ({pending:,} approvals pending)",

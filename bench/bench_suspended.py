@@ -54,7 +54,7 @@ TARGET_HELD = 0
 
 def suspend_runs(rt: Runtime, n: int) -> tuple[list[str], float]:
     """Submit n ticket requests and wait until every one awaits approval. Returns ids, seconds."""
-    waiting = rt.store.status_key(RunStatus.AWAITING_APPROVAL)
+    waiting = rt.store.keys.status(RunStatus.AWAITING_APPROVAL)
     already = rt.redis.zcard(waiting)
     started = time.perf_counter()
     ids: list[str] = []
@@ -129,9 +129,11 @@ def payload_bytes(rt: Runtime, run_id: str) -> int:
     """The data itself: run JSON, event bodies, approval fields, expiry job fields."""
     run = rt.store.load(run_id)
     approval = run.pending_approvals[0]
-    size = len(rt.redis.get(rt.store.key(run_id)) or b"")
+    size = len(rt.redis.get(rt.store.keys.run(run_id)) or b"")
     size += sum(len(json.dumps(e.data)) + 40 for e in rt.events.read(run_id))
-    size += sum(len(k) + len(v) for k, v in rt.redis.hgetall(rt.approvals.key(approval)).items())
+    size += sum(
+        len(k) + len(v) for k, v in rt.redis.hgetall(rt.approvals.keys.approval(approval)).items()
+    )
     size += sum(
         len(k) + len(v) for k, v in rt.redis.hgetall(f"rq:job:{rt.expiry_job_id(approval)}").items()
     )
@@ -304,7 +306,7 @@ def main() -> int:
             row("baseline: raw RQ enqueue -> job start", f"p50 {b50:6.1f} ms   p99 {b99:6.1f} ms")
             row("ratio resume / raw RQ start", f"p50 {p50 / b50:5.1f}x   p99 {p99 / b99:5.1f}x")
             figures["resume_ms"] = {"p50": p50, "p99": p99, "rq_p50": b50, "rq_p99": b99}
-            still = conn.zcard(rt.store.status_key(RunStatus.AWAITING_APPROVAL))
+            still = conn.zcard(rt.store.keys.status(RunStatus.AWAITING_APPROVAL))
             scheduled = ScheduledJobRegistry(queue=rt.queue).count
             row("runs still awaiting approval", f"{still:,} (scheduled expiry jobs: {scheduled:,})")
         finally:

@@ -92,8 +92,8 @@ def switchboard_round(rt: Runtime, n: int) -> float:
     """Submit n runs back to back; runs per second until the last one completed."""
     first = time.time()
     ids = [service.submit(rt, FEE_QUESTION, ALICE).id for _ in range(n)]
-    completed = rt.store.status_key(RunStatus.COMPLETED)
-    others = [rt.store.status_key(s) for s in (RunStatus.PARTIAL, RunStatus.FAILED)]
+    completed = rt.store.keys.status(RunStatus.COMPLETED)
+    others = [rt.store.keys.status(s) for s in (RunStatus.PARTIAL, RunStatus.FAILED)]
 
     def done() -> bool:
         pipe = rt.redis.pipeline(transaction=False)

@@ -24,6 +24,7 @@ from slack_sdk.errors import SlackClientError
 
 from bot.installations import Home
 from tools.policy import EVERYONE, EXTERNAL, REQUESTER, Policy
+from worker.keys import Keys
 from worker.roles import RolesUnavailable
 from worker.run import Requester
 from worker.runtime import Runtime
@@ -61,7 +62,7 @@ class UserGroups:
         self.client = client
         self.ttl = ttl
         self.shared = shared
-        self.key = f"{namespace}usergroups"
+        self.key = Keys(namespace).usergroups
         self.clock = clock
         self._by_user: dict[str, frozenset[str]] = {}
         self._fetched_at = -math.inf  # when the map we hold was asked of Slack (our clock)

@@ -25,6 +25,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
 from bot.payloads import dig, envelope_team
+from worker.keys import Keys
 
 log = structlog.get_logger(__name__)
 
@@ -89,16 +90,14 @@ class Installations:
     def __init__(self, connection: redis.Redis, namespace: str = "sb:", ttl: int = 30 * 86400):
         self.redis = connection
         self.ns = namespace
+        self.keys = Keys(namespace)
         self.ttl = ttl
 
     def revoke(self, team: str, why: str) -> None:
-        self.redis.set(self._key(team), why, ex=self.ttl)
+        self.redis.set(self.keys.slack_revoked(team), why, ex=self.ttl)
 
     def restore(self, team: str) -> None:
-        self.redis.delete(self._key(team))
+        self.redis.delete(self.keys.slack_revoked(team))
 
     def revoked(self, team: str) -> bool:
-        return bool(team) and bool(self.redis.exists(self._key(team)))
-
-    def _key(self, team: str) -> str:
-        return f"{self.ns}slack:revoked:{team}"
+        return bool(team) and bool(self.redis.exists(self.keys.slack_revoked(team)))

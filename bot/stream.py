@@ -41,6 +41,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from bot import messages as m
 from bot.blocks import Message, context
 from bot.mrkdwn import escape, safe_links, to_mrkdwn
+from worker.keys import Keys
 from worker.run import Run
 
 log = structlog.get_logger(__name__)
@@ -70,13 +71,11 @@ class AnswerStreams:
         update_interval: float = UPDATE_INTERVAL,
     ) -> None:
         self.client, self.redis, self.ns = client, connection, namespace
+        self.keys = Keys(namespace)
         self.interval, self.update_interval = interval, update_interval
         self._open: dict[str, StreamedAnswer] = {}
         self._refused: dict[str, float] = {}  # team -> when it refused streaming
         self._lock = threading.Lock()
-
-    def key(self, run_id: str) -> str:
-        return f"{self.ns}slack:answer:{run_id}"
 
     def open(self, run: Run, channel: str, thread_ts: str) -> StreamedAnswer:
         """A sink for this model call's answer text. A message an earlier call (or an earlier
@@ -119,14 +118,14 @@ class AnswerStreams:
         self._refused[team] = time.monotonic()
 
     def record(self, run_id: str, where: dict[str, str]) -> None:
-        self.redis.set(self.key(run_id), json.dumps(where), ex=RECORD_TTL)
+        self.redis.set(self.keys.slack_answer(run_id), json.dumps(where), ex=RECORD_TTL)
 
     def forget(self, run_id: str) -> None:
-        self.redis.delete(self.key(run_id))
+        self.redis.delete(self.keys.slack_answer(run_id))
 
     def retire_leftover(self, run_id: str) -> None:
         """A message an earlier worker of this run left being written: stop and delete it."""
-        raw = self.redis.get(self.key(run_id))
+        raw = self.redis.get(self.keys.slack_answer(run_id))
         if raw is None:
             return
         try:

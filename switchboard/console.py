@@ -190,7 +190,7 @@ class Console:
                 f"\n  Run {request.run_id}, asked by {request.requester} at "
                 f"{when(request.created_at)}:"
             )
-            after = str(self.rt.redis.llen(self.rt.events.key(request.run_id)))
+            after = str(self.rt.redis.llen(self.rt.events.keys.events(request.run_id)))
             decided = self.decide(request, later=True)
             if decided is None:
                 return False

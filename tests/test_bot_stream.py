@@ -218,7 +218,7 @@ def test_a_message_left_streaming_by_a_worker_that_died_is_retired_on_the_rerun(
     run = env.rt.store.load(run.id)
     assert run.status == RunStatus.COMPLETED
     assert ANSWER in texts(answer_message(env, mention)["blocks"])
-    assert env.rt.redis.get(surface(env).answers.key(run.id)) is None
+    assert env.rt.redis.get(surface(env).answers.keys.slack_answer(run.id)) is None
 
 
 def test_a_reply_cut_off_midstream_replaces_the_streamed_text_with_the_partial_ending(
@@ -259,7 +259,10 @@ def test_a_worker_killed_mid_stream_leaves_no_message_streaming_and_the_rerun_an
             run = service.submit(
                 rt, "What is the prerequisite for Django?", ALICE_REQUESTER, origin=origin
             )
-            wait_until(lambda: redis_conn.exists(record.key(run.id)), what="a streamed message")
+            wait_until(
+                lambda: redis_conn.exists(record.keys.slack_answer(run.id)),
+                what="a streamed message",
+            )
             [half] = [m for m in slack.thread(CHANNEL, thread_ts) if m.get("streaming")]
             first.kill9()  # mid-stream: the run is saved as of before its model call
         finally:
@@ -278,7 +281,7 @@ def test_a_worker_killed_mid_stream_leaves_no_message_streaming_and_the_rerun_an
     assert [m for m in thread if m.get("streaming")] == []
     [answer] = [m for m in thread if VIEW_RUN in buttons(m.get("blocks") or [])]
     assert ANSWER in texts(answer["blocks"])
-    assert redis_conn.get(record.key(run.id)) is None
+    assert redis_conn.get(record.keys.slack_answer(run.id)) is None
 
 
 def test_a_misleading_link_is_never_streamed_as_a_link(

@@ -242,7 +242,7 @@ def test_a_run_ends_with_the_kind_named_for_its_status() -> None:
 def test_the_log_stores_a_kind_as_its_plain_string(redis_conn) -> None:
     log = EventLog(redis_conn)
     log.append("r1", EventKind.MODEL_CALL, step=1)
-    [raw] = redis_conn.lrange(log.key("r1"), 0, -1)
+    [raw] = redis_conn.lrange(log.keys.events("r1"), 0, -1)
     assert json.loads(raw)["k"] == "model_call"
     [read] = log.read("r1")
     assert read.kind == EventKind.MODEL_CALL and type(read.kind) is str

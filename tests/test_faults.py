@@ -55,7 +55,7 @@ class Cluster:
         self.workers[worker.pid] = worker
 
     def kill_holder(self, conn: redis.Redis, rt: Runtime, run_id: str) -> int:
-        token = wait_until(lambda: conn.get(rt.store.lease_key(run_id)), what="a lease holder")
+        token = wait_until(lambda: conn.get(rt.store.keys.lease(run_id)), what="a lease holder")
         pid = int(token.decode().split("-")[0])
         self.workers.pop(pid).kill9()
         self.spawn()
@@ -298,11 +298,11 @@ def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_r
         runs = writes + models
 
         def holders() -> set[str]:
-            tokens = [redis_conn.get(rt.store.lease_key(r.id)) for r in runs]
+            tokens = [redis_conn.get(rt.store.keys.lease(r.id)) for r in runs]
             return {t.decode().split("-")[0] for t in tokens if t}
 
         wait_until(
-            lambda: len([r for r in runs if redis_conn.exists(rt.store.lease_key(r.id))]) == 8,
+            lambda: len([r for r in runs if redis_conn.exists(rt.store.keys.lease(r.id))]) == 8,
             what="eight runs leased at once",
         )
         assert holders() == {str(worker.pid)}  # one process carries all eight

@@ -67,7 +67,7 @@ def test_a_write_suspends_with_no_job_held(redis_conn, model_server, tickets_db,
     )
     assert rt.queue.count == 0
     assert StartedJobRegistry(queue=rt.queue).count == 0
-    assert not redis_conn.exists(rt.store.lease_key(run.id))
+    assert not redis_conn.exists(rt.store.keys.lease(run.id))
     assert TicketStore(tickets_db).count_executions("create_ticket") == 0
 
 

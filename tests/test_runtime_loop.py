@@ -288,7 +288,9 @@ def test_unknown_schema_version_fails_fast(redis_conn, model_server):
     from worker.run import RunSchemaError
 
     rt = make_runtime(redis_conn, model_server.url)
-    redis_conn.set(rt.store.key("rfuture"), json.dumps({"schema_version": 99, "id": "rfuture"}))
+    redis_conn.set(
+        rt.store.keys.run("rfuture"), json.dumps({"schema_version": 99, "id": "rfuture"})
+    )
     with pytest.raises(RunSchemaError, match="schema_version 99"):
         rt.store.load("rfuture")
 

@@ -16,15 +16,15 @@ def test_an_abandoned_run_and_every_index_entry_of_it_expire(redis_conn):
     run.status = RunStatus.AWAITING_APPROVAL  # never decided, never advanced again
     events.append(run.id, EventKind.SUSPENDED)
     store.save(run)
-    assert 0 < redis_conn.ttl(store.key(run.id)) <= 1
-    assert 0 < redis_conn.ttl(store.user_key(user.user_id)) <= 1
-    wait_until(lambda: not redis_conn.exists(store.key(run.id)), what="the run to expire")
-    assert not redis_conn.exists(store.events_key(run.id))
+    assert 0 < redis_conn.ttl(store.keys.run(run.id)) <= 1
+    assert 0 < redis_conn.ttl(store.keys.user_runs(user.user_id)) <= 1
+    wait_until(lambda: not redis_conn.exists(store.keys.run(run.id)), what="the run to expire")
+    assert not redis_conn.exists(store.keys.events(run.id))
     store.trim_indexes()
     for status in RunStatus:
-        assert redis_conn.zscore(store.status_key(status), run.id) is None
-    assert redis_conn.zscore(store.all_key, run.id) is None
-    assert not redis_conn.exists(store.user_key(user.user_id))
+        assert redis_conn.zscore(store.keys.status(status), run.id) is None
+    assert redis_conn.zscore(store.keys.all_runs, run.id) is None
+    assert not redis_conn.exists(store.keys.user_runs(user.user_id))
 
 
 def test_a_persons_index_is_trimmed_when_they_ask_again(redis_conn):
@@ -34,4 +34,4 @@ def test_a_persons_index_is_trimmed_when_they_ask_again(redis_conn):
     store.create(old)
     new = Run(id="r-new", question="q", requester=user)
     store.create(new)
-    assert redis_conn.zrange(store.user_key(user.user_id), 0, -1) == [b"r-new"]
+    assert redis_conn.zrange(store.keys.user_runs(user.user_id), 0, -1) == [b"r-new"]

@@ -25,6 +25,7 @@ from typing import Any
 import redis
 import structlog
 
+from worker.keys import Keys
 from worker.run import RunStatus
 
 log = structlog.get_logger(__name__)
@@ -96,12 +97,10 @@ class EventLog:
     def __init__(self, connection: redis.Redis, namespace: str = "sb:") -> None:
         self.redis = connection
         self.ns = namespace
+        self.keys = Keys(namespace)
         # run id -> events not written yet, while this process holds the run. One thread works
         # a run at a time, and each touches only its own run's list.
         self._held: dict[str, list[str]] = {}
-
-    def key(self, run_id: str) -> str:
-        return f"{self.ns}run:{run_id}:events"
 
     def append(self, run_id: str, kind: EventKind, **data: Any) -> None:
         body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
@@ -135,16 +134,16 @@ class EventLog:
         self._held.pop(run_id, None)
 
     def _push(self, run_id: str, bodies: list[str]) -> None:
-        length = int(self.redis.rpush(self.key(run_id), *bodies))
+        length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
         if length > MAX_EVENTS_PER_RUN:
-            self.redis.ltrim(self.key(run_id), 0, MAX_EVENTS_PER_RUN - 1)
+            self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)
             log.warning("event_log_full", run_id=run_id)
 
     def read(self, run_id: str, after: str = "0", count: int | None = None) -> list[Event]:
         """Events after id `after` ("0" or "-": from the first), oldest first."""
         start = 0 if after in ("-", "") else int(after)
         stop = -1 if count is None else start + count - 1
-        rows = self.redis.lrange(self.key(run_id), start, stop)
+        rows = self.redis.lrange(self.keys.events(run_id), start, stop)
         return [_decode(str(start + n + 1), raw) for n, raw in enumerate(rows)]
 
     def wait(self, run_id: str, after: str, block_ms: int) -> list[Event]:

@@ -68,7 +68,7 @@ class LeaseKeeper:
     def acquire(self, run_id: str) -> Lease | None:
         # the holder's pid in the token: who holds a run is visible to operators and tests
         token = f"{os.getpid()}-{secrets.token_hex(6)}"
-        if not self.redis.set(self.store.lease_key(run_id), token, nx=True, px=self.ms):
+        if not self.redis.set(self.store.keys.lease(run_id), token, nx=True, px=self.ms):
             return None
         with self._lock:
             self._held[run_id] = token
@@ -84,7 +84,7 @@ class LeaseKeeper:
             if self._held.get(lease.run_id) == lease.token:
                 del self._held[lease.run_id]
         again = self._release(
-            keys=[self.store.lease_key(lease.run_id), self.store.due_key],
+            keys=[self.store.keys.lease(lease.run_id), self.store.keys.due],
             args=[lease.token, lease.run_id, due_seen],
         )
         return bool(again)
@@ -105,7 +105,7 @@ class LeaseKeeper:
     def renew(self, held: list[tuple[str, str]]) -> None:
         pipe = self.redis.pipeline(transaction=False)
         for run_id, token in held:
-            self._renew(keys=[self.store.lease_key(run_id)], args=[token, self.ms], client=pipe)
+            self._renew(keys=[self.store.keys.lease(run_id)], args=[token, self.ms], client=pipe)
         try:
             renewed = pipe.execute()
         except redis.RedisError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from approvals import WAKE_LUA
+from worker.keys import Keys
 
 
 @dataclass(frozen=True)
@@ -66,22 +67,20 @@ class PersonLimits:
     def __init__(self, connection: redis.Redis, namespace: str, limits: Limits, stale: float):
         self.redis = connection
         self.ns = namespace
+        self.keys = Keys(namespace)
         self.limits = limits
         self.stale = stale  # an admitted run not seen ending within this long stops counting
         self._admit = connection.register_script(_ADMIT)
         self._release = connection.register_script(_RELEASE)
 
-    def _key(self, user_id: str, what: str) -> str:
-        return f"{self.ns}user:{user_id}:{what}"
-
     def _cost_key(self, user_id: str) -> str:
-        return self._key(user_id, "cost:" + time.strftime("%Y%m%d", time.gmtime()))
+        return self.keys.person(user_id, "cost:" + time.strftime("%Y%m%d", time.gmtime()))
 
     def check(self, user_id: str) -> None:
         """Before a question is accepted: the rate and the day's spend."""
         per_minute = self.limits.runs_per_minute
         if per_minute:
-            key = self._key(user_id, "minute:" + str(int(time.time() // 60)))
+            key = self.keys.person(user_id, "minute:" + str(int(time.time() // 60)))
             pipe = self.redis.pipeline(transaction=True)
             pipe.incr(key)
             pipe.expire(key, 120)
@@ -106,7 +105,7 @@ class PersonLimits:
         if not limit:
             return True
         now = time.time()
-        keys = [self._key(user_id, "active"), self._key(user_id, "waiting")]
+        keys = [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting")]
         return bool(self._admit(keys=keys, args=[run_id, limit, now, now - self.stale]))
 
     def release(self, user_id: str, run_id: str, due_key: str) -> list[str]:
@@ -114,12 +113,12 @@ class PersonLimits:
         limit = self.limits.runs_in_flight
         if not limit:
             return []
-        keys = [self._key(user_id, "active"), self._key(user_id, "waiting"), due_key]
+        keys = [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting"), due_key]
         admitted = self._release(keys=keys, args=[run_id, limit, time.time()])
         return [a.decode() for a in admitted]
 
     def waiting(self, user_id: str) -> int:
-        return int(self.redis.llen(self._key(user_id, "waiting")))
+        return int(self.redis.llen(self.keys.person(user_id, "waiting")))
 
     def spend(self, user_id: str, cost: float) -> None:
         if cost > 0:

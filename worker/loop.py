@@ -449,5 +449,5 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
 
 def admit_next(rt: Runtime, run: Run) -> None:
     """The run no longer counts as in flight for its requester: queue who waits in line."""
-    for run_id in rt.limits.release(run.requester.user_id, run.id, rt.store.due_key):
+    for run_id in rt.limits.release(run.requester.user_id, run.id, rt.store.keys.due):
         rt.enqueue_advance(run_id)

@@ -129,8 +129,8 @@ class SharedState(Collector):
         try:
             pipe = rt.redis.pipeline(transaction=False)
             pipe.llen(rt.queue.key)
-            pipe.zcard(rt.approvals.pending_key)
-            pipe.zrange(rt.approvals.pending_key, 0, 0, withscores=True)
+            pipe.zcard(rt.approvals.keys.pending)
+            pipe.zrange(rt.approvals.keys.pending, 0, 0, withscores=True)
             depth, pending, first = pipe.execute()
         except redis.RedisError as exc:
             log.warning("metrics_redis_failed", error=f"{type(exc).__name__}: {exc}"[:300])

@@ -86,7 +86,7 @@ class Runtime:
             max_workers=max(8, 4 * self.settings.concurrency), thread_name_prefix="tool"
         )
         self.events = EventLog(self.redis, ns)
-        self.approvals = ApprovalStore(self.redis, due_key=self.store.due_key, namespace=ns)
+        self.approvals = ApprovalStore(self.redis, due_key=self.store.keys.due, namespace=ns)
         self.ledger = ExecutionLedger(self.redis, ns)
         self.queue = Queue(
             self.settings.queue_name, connection=self.redis, serializer=JSONSerializer

@@ -9,6 +9,7 @@ import redis
 
 from approvals import WAKE_LUA
 from worker.events import MAX_EVENTS_PER_RUN
+from worker.keys import Keys
 from worker.run import Run, RunSchemaError, RunStatus
 
 # KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
@@ -64,58 +65,29 @@ class RunStore:
     ) -> None:
         self.redis = connection
         self.ns = namespace
+        self.keys = Keys(namespace)
         self.retention = retention
         self._save = connection.register_script(_SAVE)
         self._wake = connection.register_script(_WAKE)
         self._clear_queued = connection.register_script(_CLEAR_QUEUED)
 
-    # keys
-    def key(self, run_id: str) -> str:
-        return f"{self.ns}run:{run_id}"
-
-    def lease_key(self, run_id: str) -> str:
-        return f"{self.ns}run:{run_id}:lease"
-
-    def queued_key(self, run_id: str) -> str:
-        return f"{self.ns}run:{run_id}:queued"
-
-    def cancel_key(self, run_id: str) -> str:
-        return f"{self.ns}run:{run_id}:cancel"
-
-    def events_key(self, run_id: str) -> str:
-        return f"{self.ns}run:{run_id}:events"
-
-    def status_key(self, status: RunStatus) -> str:
-        return f"{self.ns}runs:status:{status.value}"
-
-    def user_key(self, user_id: str) -> str:
-        return f"{self.ns}runs:user:{user_id}"
-
-    @property
-    def all_key(self) -> str:
-        return f"{self.ns}runs:all"
-
-    @property
-    def due_key(self) -> str:
-        return f"{self.ns}runs:due"
-
     # documents
     def create(self, run: Run, *, wake: bool = True) -> None:
-        user_key = self.user_key(run.requester.user_id)
+        user_key = self.keys.user_runs(run.requester.user_id)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.set(self.key(run.id), run.to_json(), nx=True, ex=self.retention)
-        pipe.zadd(self.all_key, {run.id: run.created_at})
+        pipe.set(self.keys.run(run.id), run.to_json(), nx=True, ex=self.retention)
+        pipe.zadd(self.keys.all_runs, {run.id: run.created_at})
         pipe.zadd(user_key, {run.id: run.created_at})
         # a person's index is trimmed when they ask again, and goes when they stop asking
         pipe.zremrangebyscore(user_key, 0, time.time() - self.retention)
         pipe.expire(user_key, self.retention)
-        pipe.zadd(self.status_key(run.status), {run.id: run.updated_at})
+        pipe.zadd(self.keys.status(run.status), {run.id: run.updated_at})
         pipe.execute()
         if wake:
             self.wake(run.id)
 
     def load(self, run_id: str) -> Run:
-        raw = self.redis.get(self.key(run_id))
+        raw = self.redis.get(self.keys.run(run_id))
         if raw is None:
             raise RunNotFound(run_id)
         return Run.from_json(raw)
@@ -130,17 +102,17 @@ class RunStore:
         """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
         by EventLog) to its log, in one script. Returns who asked to cancel it, if anyone."""
         run.updated_at = time.time()
-        others = [self.status_key(s) for s in RunStatus if s != run.status]
+        others = [self.keys.status(s) for s in RunStatus if s != run.status]
         # Every run expires `retention` after its last save, finished or not: a run nothing
         # advances any more (its approvals expired long ago, its worker gone) is not kept forever.
         ttl = self.retention
         saved = self._save(
             keys=[
-                self.key(run.id),
-                self.lease_key(run.id),
-                self.status_key(run.status),
-                self.events_key(run.id),
-                self.cancel_key(run.id),
+                self.keys.run(run.id),
+                self.keys.lease(run.id),
+                self.keys.status(run.status),
+                self.keys.events(run.id),
+                self.keys.cancel(run.id),
                 *others,
             ],
             args=[
@@ -161,32 +133,32 @@ class RunStore:
     # scheduling
     def wake(self, run_id: str) -> None:
         """Mark the run as needing a worker (the sweeper enqueues it if nobody does)."""
-        self._wake(keys=[self.due_key], args=[run_id])
+        self._wake(keys=[self.keys.due], args=[run_id])
 
     def mark_queued(self, run_id: str, job_id: str) -> None:
         """The run's advance job `job_id` is in the queue: the sweeper leaves it alone."""
-        self.redis.set(self.queued_key(run_id), job_id, ex=QUEUED_MARK_SECONDS)
+        self.redis.set(self.keys.queued(run_id), job_id, ex=QUEUED_MARK_SECONDS)
 
     def clear_queued(self, run_id: str, job_id: str | None) -> None:
         """A worker took the job: drop the mark, unless it already names a later job."""
-        self._clear_queued(keys=[self.queued_key(run_id)], args=[job_id or ""])
+        self._clear_queued(keys=[self.keys.queued(run_id)], args=[job_id or ""])
 
     def due_score(self, run_id: str) -> str:
-        score = self.redis.zscore(self.due_key, run_id)
+        score = self.redis.zscore(self.keys.due, run_id)
         return "" if score is None else repr(score)
 
     def overdue(self, older_than: float, limit: int = 200) -> list[str]:
         cutoff_ms = (time.time() - older_than) * 1000
-        ids = self.redis.zrangebyscore(self.due_key, 0, cutoff_ms, 0, limit)
+        ids = self.redis.zrangebyscore(self.keys.due, 0, cutoff_ms, 0, limit)
         return [i.decode() for i in ids]
 
     # cancellation lives beside the document so a worker holding the lease cannot overwrite it
     def request_cancel(self, run_id: str, by: str) -> None:
-        self.redis.set(self.cancel_key(run_id), by, ex=self.retention)
+        self.redis.set(self.keys.cancel(run_id), by, ex=self.retention)
         self.wake(run_id)
 
     def cancel_requested_by(self, run_id: str) -> str | None:
-        who = self.redis.get(self.cancel_key(run_id))
+        who = self.redis.get(self.keys.cancel(run_id))
         return who.decode() if who is not None else None
 
     # inspection
@@ -199,11 +171,11 @@ class RunStore:
     ) -> list[Run]:
         """Newest first. Filters by user or status through the indexes."""
         if status is not None and user_id is None:
-            ids = self.redis.zrevrange(self.status_key(status), 0, limit - 1)
+            ids = self.redis.zrevrange(self.keys.status(status), 0, limit - 1)
         else:
-            index = self.user_key(user_id) if user_id else self.all_key
+            index = self.keys.user_runs(user_id) if user_id else self.keys.all_runs
             ids = self.redis.zrevrange(index, 0, (limit * 5 if status else limit) - 1)
-        raws = self.redis.mget([self.key(i.decode()) for i in ids]) if ids else []
+        raws = self.redis.mget([self.keys.run(i.decode()) for i in ids]) if ids else []
         runs = [Run.from_json(raw) for raw in raws if raw is not None]
         if status is not None:
             runs = [r for r in runs if r.status == status]
@@ -212,10 +184,10 @@ class RunStore:
     def created_since(self, since: float, limit: int = 5000) -> list[Run]:
         """Runs created at or after `since` (oldest first), for totals such as today's spend.
         Runs written by another schema version are skipped, not fatal."""
-        ids = self.redis.zrangebyscore(self.all_key, since, "+inf", start=0, num=limit)
+        ids = self.redis.zrangebyscore(self.keys.all_runs, since, "+inf", start=0, num=limit)
         runs: list[Run] = []
         for start in range(0, len(ids), 200):
-            raws = self.redis.mget([self.key(i.decode()) for i in ids[start : start + 200]])
+            raws = self.redis.mget([self.keys.run(i.decode()) for i in ids[start : start + 200]])
             for raw in raws:
                 if raw is None:
                     continue
@@ -230,7 +202,7 @@ class RunStore:
         every save sets a run's TTL, so an entry scored before the cutoff has no document)."""
         cutoff = time.time() - self.retention
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zremrangebyscore(self.all_key, 0, cutoff)
+        pipe.zremrangebyscore(self.keys.all_runs, 0, cutoff)
         for status in RunStatus:
-            pipe.zremrangebyscore(self.status_key(status), 0, cutoff)
+            pipe.zremrangebyscore(self.keys.status(status), 0, cutoff)
         pipe.execute()

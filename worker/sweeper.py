@@ -39,9 +39,9 @@ def sweep(rt: Runtime) -> int:
     for run_id in rt.store.overdue(older_than=grace):
         cutoff_ms = (time.time() - grace) * 1000
         keys = [
-            rt.store.due_key,
-            rt.store.lease_key(run_id),
-            rt.store.queued_key(run_id),
+            rt.store.keys.due,
+            rt.store.keys.lease(run_id),
+            rt.store.keys.queued(run_id),
             rt.queue.key,
         ]
         if not lost(keys=keys, args=[run_id, cutoff_ms]):

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from worker.keys import Keys
 from worker.library.bm25 import BM25, tokenize
 from worker.library.library import Demonstration
 from worker.library.store import TaskLibrary
@@ -106,10 +107,11 @@ class CachedEmbeddings:
         self.model = model
         self.redis = connection
         self.ns = namespace
+        self.keys = Keys(namespace)
 
     def __call__(self, texts: list[str]) -> list[list[float]]:
         keys = [
-            f"{self.ns}emb:{hashlib.sha256((self.model + chr(0) + t).encode()).hexdigest()[:32]}"
+            self.keys.embedding(hashlib.sha256((self.model + chr(0) + t).encode()).hexdigest()[:32])
             for t in texts
         ]
         cached = self.redis.mget(keys)

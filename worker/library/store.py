@@ -10,6 +10,7 @@ from pathlib import Path
 import redis
 
 from tools.registry import ToolRegistry
+from worker.keys import Keys
 from worker.library.library import (
     DEFAULT_LIBRARY,
     DemoError,
@@ -29,25 +30,14 @@ class TaskLibrary:
         self.redis = connection
         self.path = path or DEFAULT_LIBRARY
         self.ns = namespace
+        self.keys = Keys(namespace)
         self.file_demos = load_file(self.path)
 
-    @property
-    def stored_key(self) -> str:
-        return f"{self.ns}demos:stored"
-
-    @property
-    def usage_key(self) -> str:
-        return f"{self.ns}demos:usage"
-
-    @property
-    def version_key(self) -> str:
-        return f"{self.ns}demos:version"
-
     def version(self) -> int:
-        return int(self.redis.get(self.version_key) or 0)
+        return int(self.redis.get(self.keys.demos_version) or 0)
 
     def stored(self) -> list[Demonstration]:
-        raw = self.redis.hgetall(self.stored_key)
+        raw = self.redis.hgetall(self.keys.demos_stored)
         return [parse(json.loads(v), "redis") for _, v in sorted(raw.items())]
 
     def all(self) -> list[Demonstration]:
@@ -67,9 +57,9 @@ class TaskLibrary:
         exists = DemoError(f"demonstration {demo.id} already exists")
         if any(d.id == demo.id for d in self.file_demos):
             raise exists
-        if not self.redis.hsetnx(self.stored_key, demo.id, json.dumps(demo.to_dict())):
+        if not self.redis.hsetnx(self.keys.demos_stored, demo.id, json.dumps(demo.to_dict())):
             raise exists
-        self.redis.incr(self.version_key)
+        self.redis.incr(self.keys.demos_version)
 
     def accept(self, demo_id: str, registry: ToolRegistry) -> Demonstration:
         demo = next((d for d in self.candidates() if d.id == demo_id), None)
@@ -83,22 +73,22 @@ class TaskLibrary:
         return accepted
 
     def reject(self, demo_id: str) -> bool:
-        removed = self.redis.hdel(self.stored_key, demo_id)
-        self.redis.incr(self.version_key)
+        removed = self.redis.hdel(self.keys.demos_stored, demo_id)
+        self.redis.incr(self.keys.demos_version)
         return bool(removed)
 
     def _store(self, demo: Demonstration) -> None:
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.stored_key, demo.id, json.dumps(demo.to_dict()))
-        pipe.incr(self.version_key)
+        pipe.hset(self.keys.demos_stored, demo.id, json.dumps(demo.to_dict()))
+        pipe.incr(self.keys.demos_version)
         pipe.execute()
 
     def record_use(self, demos: Sequence[Demonstration]) -> None:
         if demos:
             pipe = self.redis.pipeline(transaction=False)
             for demo in demos:
-                pipe.hincrby(self.usage_key, demo.id, 1)
+                pipe.hincrby(self.keys.demos_usage, demo.id, 1)
             pipe.execute()
 
     def usage(self) -> dict[str, int]:
-        return {k.decode(): int(v) for k, v in self.redis.hgetall(self.usage_key).items()}
+        return {k.decode(): int(v) for k, v in self.redis.hgetall(self.keys.demos_usage).items()}

@@ -1,0 +1,26 @@
+"""The Redis keys of approval requests and the execution ledger: the part of Switchboard's
+key map (`worker.keys.Keys`) that this package, the lowest that keeps state, writes."""
+
+from __future__ import annotations
+
+
+class ApprovalKeys:
+    def __init__(self, namespace: str = "sb:") -> None:
+        self.ns = namespace
+
+    def approval(self, approval_id: str) -> str:
+        """Hash: one approval request."""
+        return f"{self.ns}approval:{approval_id}"
+
+    @property
+    def pending(self) -> str:
+        """Sorted set: pending approval ids by expiry time."""
+        return f"{self.ns}approvals:pending"
+
+    def batch(self, batch_id: str) -> str:
+        """The approval ids of one card that shows several writes."""
+        return f"{self.ns}batch:{batch_id}"
+
+    def ledger(self, approval_id: str) -> str:
+        """Hash: whether an approved write started and how it ended (exactly once)."""
+        return f"{self.ns}ledger:{approval_id}"

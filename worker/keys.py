@@ -1,0 +1,95 @@
+"""Every Redis key Switchboard writes, in one map, under one namespace (default `sb:`).
+
+The approval keys come from `approvals.keys` (that package sits below this one); RQ's own
+keys (`rq:*`) are RQ's. Each store takes its keys from here, so a key's shape is written once.
+"""
+
+from __future__ import annotations
+
+from approvals.keys import ApprovalKeys
+from worker.run import RunStatus
+
+
+class Keys(ApprovalKeys):
+    # -- a run -----------------------------------------------------------------------------
+    def run(self, run_id: str) -> str:
+        """String: the run document (JSON)."""
+        return f"{self.ns}run:{run_id}"
+
+    def lease(self, run_id: str) -> str:
+        """The worker that holds the run (a fencing token) and until when."""
+        return f"{self.ns}run:{run_id}:lease"
+
+    def queued(self, run_id: str) -> str:
+        """The id of the RQ job that will advance the run (the sweeper checks it exists)."""
+        return f"{self.ns}run:{run_id}:queued"
+
+    def cancel(self, run_id: str) -> str:
+        """Who asked to cancel the run."""
+        return f"{self.ns}run:{run_id}:cancel"
+
+    def events(self, run_id: str) -> str:
+        """List: the run's append-only event log."""
+        return f"{self.ns}run:{run_id}:events"
+
+    # -- indexes of runs -------------------------------------------------------------------
+    def status(self, status: RunStatus) -> str:
+        return f"{self.ns}runs:status:{status.value}"
+
+    def user_runs(self, user_id: str) -> str:
+        return f"{self.ns}runs:user:{user_id}"
+
+    @property
+    def all_runs(self) -> str:
+        return f"{self.ns}runs:all"
+
+    @property
+    def due(self) -> str:
+        """Sorted set: runs to queue now (woken by a decision, admitted from a line)."""
+        return f"{self.ns}runs:due"
+
+    # -- people ----------------------------------------------------------------------------
+    def person(self, user_id: str, what: str) -> str:
+        """Per-person limits: `active`, `waiting`, `rate`, `spend:{day}`."""
+        return f"{self.ns}user:{user_id}:{what}"
+
+    # -- the task library ------------------------------------------------------------------
+    @property
+    def demos_stored(self) -> str:
+        return f"{self.ns}demos:stored"
+
+    @property
+    def demos_usage(self) -> str:
+        return f"{self.ns}demos:usage"
+
+    @property
+    def demos_version(self) -> str:
+        return f"{self.ns}demos:version"
+
+    def embedding(self, digest: str) -> str:
+        return f"{self.ns}emb:{digest}"
+
+    # -- Slack -----------------------------------------------------------------------------
+    def slack_event(self, event_id: str) -> str:
+        """One delivery per Slack event id."""
+        return f"{self.ns}slack:event:{event_id}"
+
+    def slack_thread(self, channel: str, thread_ts: str) -> str:
+        """The last run answered in a thread."""
+        return f"{self.ns}slack:thread:{channel}:{thread_ts}"
+
+    def slack_assistant(self, channel: str, thread_ts: str) -> str:
+        return f"{self.ns}slack:assistant:{channel}:{thread_ts}"
+
+    def slack_revoked(self, team: str) -> str:
+        """A workspace whose installation is gone (tokens_revoked, app_uninstalled)."""
+        return f"{self.ns}slack:revoked:{team}"
+
+    def slack_answer(self, run_id: str) -> str:
+        """The message an answer is streaming into (retired by the next worker if left)."""
+        return f"{self.ns}slack:answer:{run_id}"
+
+    @property
+    def usergroups(self) -> str:
+        """The cached map of Slack user groups (shared by every process)."""
+        return f"{self.ns}usergroups"
