@@ -8,7 +8,7 @@ Three sides, each in its own process(es), each warmed up with one burst, then me
 interleaved rounds (default 3, the order reversed every other round):
 
   Switchboard    ONE `python -m switchboard worker --concurrency 100` (100 RQ SimpleWorker
-                 loops in threads; env as tests/processes.worker_env with the production
+                 loops in threads; env as tests/support/processes.worker_env with the production
                  lease/sweep timers; default configuration, BM25 demonstrations on). This
                  process plays the bot: `service.submit` x 100 back to back, then waits until
                  every run is terminal. Time = the last run's `ended_at` - the first submit.
@@ -65,8 +65,8 @@ import psutil
 import redis
 from common import FEE_QUESTION, FakeModelProcess, median, row
 
-from tests.processes import WorkerProcess
-from tests.runtime_helpers import ALICE, make_runtime
+from tests.support.processes import WorkerProcess
+from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.prompt import INSTRUCTIONS
 from worker.run import RunStatus

@@ -51,7 +51,7 @@ from common import FEE_QUESTION, FakeModelProcess, median, percentile, row
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from worker import service
 from worker.prompt import INSTRUCTIONS
 from worker.run import RunStatus

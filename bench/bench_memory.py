@@ -1,6 +1,6 @@
 """Worker resident memory over 1,000 runs.
 
-One `python -m switchboard worker` process (env as tests/processes.worker_env, production
+One `python -m switchboard worker` process (env as tests/support/processes.worker_env, production
 lease/sweep timers, default configuration: BM25 demonstrations on) runs the 4-step fee
 question against the zero-latency fake model, 1,000 times, in batches of 100: this process
 submits a batch, waits until every run in it completed, lets the worker settle, then reads
@@ -29,7 +29,7 @@ import psutil
 import redis
 from common import FEE_QUESTION, FakeModelProcess, row, rss_kib
 
-from tests.runtime_helpers import ALICE, make_runtime
+from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client import generate_latest as bare_exposition
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from worker import metrics, service
 from worker.run import RunStatus
 from worker.runtime import Runtime

@@ -32,7 +32,7 @@ from bot.blocks import VIEW_RUN
 from bot.surface import SlackSurface
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, next_ts
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime

@@ -3,7 +3,7 @@
 Each run asks to file a ticket: the fake model proposes `create_ticket` (a write), the worker
 creates the approval request, schedules its expiry job and suspends the run. All 10,000 go
 through the real loop: this process submits them (service.submit, as the bot does) and two
-`python -m switchboard worker` processes (env as tests/processes.worker_env, production
+`python -m switchboard worker` processes (env as tests/support/processes.worker_env, production
 lease/sweep timers) take each as far as the approval.
 
 1. Redis memory per suspended run: INFO used_memory after minus before, / N. Reported twice:
@@ -41,7 +41,7 @@ from rq.job import Job
 from rq.registry import FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from tests.runtime_helpers import ALICE, make_runtime
+from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.events import EventKind, is_run_end
 from worker.run import RunStatus

@@ -1,6 +1,6 @@
 """End-to-end throughput: runs per second from enqueue to answer, 2 worker processes.
 
-Switchboard: `python -m switchboard worker` x 2 (env as tests/processes.worker_env, with the
+Switchboard: `python -m switchboard worker` x 2 (env as tests/support/processes.worker_env, with the
 production lease/sweep timers), each one RQ SimpleWorker plus the sweeper and RQ's
 scheduler, default configuration (BM25 demonstrations on). This process plays the bot:
 service.submit() of the 4-step fee question, one after another, as fast as it can; the fake
@@ -44,7 +44,7 @@ from rq.job import Job
 from rq.registry import FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
-from tests.runtime_helpers import ALICE, make_runtime
+from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime

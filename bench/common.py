@@ -6,7 +6,7 @@ absolute times on these machines are not stable, ratios measured side by side ar
 Timing uses only time.perf_counter / time.time; memory uses Redis INFO and /proc VmRSS.
 
 Imported as `common` by the scripts (`python bench/NAME.py` puts bench/ on sys.path); it
-also puts the project root on sys.path so `tests.fakes` and `tests.redis_server` import.
+also puts the project root on sys.path so `tests.fakes` and `tests.support.redis_server` import.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 
 from tests.fakes.openai_server import FakeOpenAI, Script, Turn  # noqa: E402
-from tests.processes import WorkerProcess, worker_env  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
-from tests.runtime_helpers import wait_until  # noqa: E402
+from tests.support.processes import WorkerProcess, worker_env  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
+from tests.support.runtime import wait_until  # noqa: E402
 
 T = TypeVar("T")
 
@@ -165,9 +165,9 @@ def redis_server(folder: Path) -> Iterator[str]:
         return
     binary = os.environ.get("BENCH_REDIS_SERVER", "")
     if binary:  # another redis-server binary for the private server (e.g. a jemalloc build)
-        import tests.redis_server
+        import tests.support.redis_server
 
-        tests.redis_server.redis_binary = lambda: binary
+        tests.support.redis_server.redis_binary = lambda: binary
     server = RedisServer(folder / "redis").start()
     try:
         yield server.url
@@ -199,7 +199,7 @@ def quiet_switchboard_logs() -> None:
 def switchboard_workers(
     n: int, redis_url: str, model_url: str, tmp: Path, *args: str, **extra: str
 ) -> list[WorkerProcess]:
-    """`python -m switchboard worker *args` x n, env as tests/processes.worker_env with the
+    """`python -m switchboard worker *args` x n, env as tests/support/processes.worker_env with the
     production lease and sweep timers (and `extra`)."""
     env = worker_env(redis_url, model_url, tmp, **{**PRODUCTION_TIMERS, **extra})
     return [WorkerProcess(env, tmp / f"worker-{i}.log", *args) for i in range(n)]

@@ -12,11 +12,11 @@ import pytest
 import redis
 
 from tests.fakes.openai_server import FakeOpenAI
-from tests.mcp_helpers import NotesServer
+from tests.support.mcp_servers import NotesServer
 
 if TYPE_CHECKING:
-    from tests.bot_helpers import BotEnv
-from tests.redis_server import RedisServer
+    from tests.support.slack_bot import BotEnv
+from tests.support.redis_server import RedisServer
 
 os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
 
@@ -63,8 +63,8 @@ def tickets_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def env(
     redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
 ) -> Iterator[BotEnv]:
-    """The Slack bot served over HTTP against FakeSlack (see tests/bot_helpers.py)."""
-    from tests.bot_helpers import bot_env
+    """The Slack bot served over HTTP against FakeSlack (see tests/support/slack_bot.py)."""
+    from tests.support.slack_bot import bot_env
 
     with bot_env(redis_conn, model_server.url, tmp_path) as bot:
         yield bot
@@ -72,7 +72,7 @@ def env(
 
 @pytest.fixture
 def notes_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where tests/mcp_server.py keeps its notes and counts its writes (NOTES_DIR)."""
+    """Where tests/support/mcp_server.py keeps its notes and counts its writes (NOTES_DIR)."""
     folder = tmp_path / "notes"
     folder.mkdir()
     monkeypatch.setenv("NOTES_DIR", str(folder))
@@ -81,7 +81,7 @@ def notes_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def notes_http(notes_dir: Path) -> Iterator[NotesServer]:
-    """tests/mcp_server.py over streamable HTTP on 127.0.0.1 (see tests/mcp_helpers.py)."""
+    """tests/support/mcp_server.py over streamable HTTP on 127.0.0.1 (tests/support/mcp_servers)."""
     server = NotesServer(notes_dir)
     yield server
     server.stop()

@@ -7,7 +7,7 @@ import pytest
 from switchboard.cli import main
 from switchboard.console import local_user
 from tests.fakes.openai_server import Turn
-from tests.runtime_helpers import event_kinds, make_runtime, work
+from tests.support.runtime import event_kinds, make_runtime, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import Requester, RunStatus

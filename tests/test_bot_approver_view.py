@@ -27,7 +27,9 @@ from hypothesis import strategies as st
 from bot import messages as m
 from bot.blocks import APPROVE, HOME_PAGE, SHOW_ARGS, VIEW_RUN
 from bot.mrkdwn import BIDI_CONTROLS, code, code_block, has_bidi, neutralise_bidi, to_mrkdwn
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.slack_server import app_mention, block_actions
+from tests.support.slack_bot import (
     ALICE,
     CHANNEL,
     SUPPORT,
@@ -37,8 +39,6 @@ from tests.bot_helpers import (
     card_of,
     texts,
 )
-from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_server import app_mention, block_actions
 
 PURE = settings(max_examples=300, deadline=None)
 RISKY_POLICY = """\

@@ -7,10 +7,19 @@ from pathlib import Path
 
 from approvals import ApprovalStatus
 from bot.blocks import APPROVE, APPROVE_ALL, EDIT, REJECT_ALL
-from tests.bot_helpers import ALICE, CHANNEL, STRANGER, SUPPORT, BotEnv, buttons, has_button, texts
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
-from tests.runtime_helpers import tool_messages
+from tests.support.runtime import tool_messages
+from tests.support.slack_bot import (
+    ALICE,
+    CHANNEL,
+    STRANGER,
+    SUPPORT,
+    BotEnv,
+    buttons,
+    has_button,
+    texts,
+)
 from tools.builtin.tickets import TicketStore
 from worker.run import RunStatus
 

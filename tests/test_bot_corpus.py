@@ -32,10 +32,10 @@ from structlog.testing import capture_logs
 from bot.serve import build_app
 from bot.surface import SlackSurface
 from bot.threads import Threads
-from tests.bot_helpers import SECRET, TOKEN, fresh_logging, serving
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, SignedResponse, send_signed
-from tests.runtime_helpers import make_runtime, work
+from tests.support.runtime import make_runtime, work
+from tests.support.slack_bot import SECRET, TOKEN, fresh_logging, serving
 from worker.runtime import Runtime
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "slack-payloads"

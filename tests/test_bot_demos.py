@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from bot.blocks import SAVE_DEMO
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.support.runtime import event_kinds, requester
+from tests.support.slack_bot import (
     ADMIN,
     ALICE,
     CHANNEL,
@@ -18,8 +20,6 @@ from tests.bot_helpers import (
     shown_view,
     texts,
 )
-from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.runtime_helpers import event_kinds, requester
 from worker import service
 from worker.library import Selector, TaskLibrary
 from worker.run import Run, RunStatus

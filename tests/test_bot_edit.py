@@ -12,7 +12,10 @@ import redis
 
 from approvals import ApprovalStatus
 from bot.blocks import APPROVE, EDIT, EDIT_MODAL, REJECT, REJECT_MODAL
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_server import view_submission
+from tests.support.runtime import tool_messages
+from tests.support.slack_bot import (
     ALICE,
     CHANNEL,
     STRANGER,
@@ -22,9 +25,6 @@ from tests.bot_helpers import (
     buttons,
     texts,
 )
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.slack_server import view_submission
-from tests.runtime_helpers import tool_messages
 from tests.test_bot_flow import CREATE, suspended_on_card
 from tools.builtin.tickets import TicketStore
 from worker.run import RunStatus

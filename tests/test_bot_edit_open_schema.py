@@ -15,10 +15,19 @@ import redis
 from approvals import ApprovalStatus
 from bot import messages as m
 from bot.blocks import APPROVE, EDIT
-from tests.bot_helpers import ALICE, CHANNEL, SUPPORT, BotEnv, bot_env, buttons, has_button, texts
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
-from tests.runtime_helpers import wait_until
+from tests.support.runtime import wait_until
+from tests.support.slack_bot import (
+    ALICE,
+    CHANNEL,
+    SUPPORT,
+    BotEnv,
+    bot_env,
+    buttons,
+    has_button,
+    texts,
+)
 from tests.test_bot_edit import form, submit, text
 from tools import register_tool
 from tools.registry import registry

@@ -23,7 +23,6 @@ from structlog.testing import capture_logs
 from approvals import ApprovalStatus
 from bot.installations import Installations
 from bot.serve import build_app
-from tests.bot_helpers import ALICE, CHANNEL, SECRET, TOKEN, BotEnv, card_of
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     app_mention,
@@ -35,6 +34,7 @@ from tests.fakes.slack_server import (
     slash_command,
     view_submission,
 )
+from tests.support.slack_bot import ALICE, CHANNEL, SECRET, TOKEN, BotEnv, card_of
 from worker.run import EndReason, RunStatus
 
 CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "VPN", "body": "down"})])

@@ -14,17 +14,6 @@ import redis
 
 from approvals import ApprovalStatus
 from bot.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, VIEW_RUN
-from tests.bot_helpers import (
-    ALICE,
-    CHANNEL,
-    STRANGER,
-    SUPPORT,
-    SUPPORT2,
-    BotEnv,
-    buttons,
-    has_button,
-    texts,
-)
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     app_mention,
@@ -36,7 +25,18 @@ from tests.fakes.slack_server import (
     send_signed,
     view_submission,
 )
-from tests.runtime_helpers import wait_until
+from tests.support.runtime import wait_until
+from tests.support.slack_bot import (
+    ALICE,
+    CHANNEL,
+    STRANGER,
+    SUPPORT,
+    SUPPORT2,
+    BotEnv,
+    buttons,
+    has_button,
+    texts,
+)
 from tools.builtin.tickets import TicketStore
 from worker.run import RunStatus
 

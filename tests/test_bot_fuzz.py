@@ -30,7 +30,6 @@ from bot.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, SAVE_DEMO, SHOW_AR
 from bot.commands import MAX_TEXT, parse
 from bot.mrkdwn import code, code_block, cut, escape, one_line, split, to_mrkdwn
 from bot.payloads import question_text
-from tests.bot_helpers import ADMIN, ALICE, BotEnv, bot_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import (
     app_mention,
@@ -42,6 +41,7 @@ from tests.fakes.slack_server import (
     slash_command,
     view_submission,
 )
+from tests.support.slack_bot import ADMIN, ALICE, BotEnv, bot_env
 from worker.service import MAX_QUESTION_CHARS
 
 HTTP = settings(

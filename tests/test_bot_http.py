@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from bot import signature
-from tests.bot_helpers import ALICE, SECRET, BotEnv, bot_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import app_mention, event_callback, send_signed, signed_headers
-from tests.runtime_helpers import wait_until
+from tests.support.runtime import wait_until
+from tests.support.slack_bot import ALICE, SECRET, BotEnv, bot_env
 
 HTTP = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PURE = settings(max_examples=300, deadline=None)

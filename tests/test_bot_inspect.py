@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from bot.blocks import APPROVE, VIEW_RUN
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.support.runtime import requester
+from tests.support.slack_bot import (
     ADMIN,
     ALICE,
     CHANNEL,
@@ -19,8 +21,6 @@ from tests.bot_helpers import (
     buttons,
     texts,
 )
-from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.runtime_helpers import requester
 from worker import service
 from worker.run import Run
 

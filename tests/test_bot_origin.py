@@ -20,7 +20,16 @@ from approvals import ApprovalStatus
 from bot import messages as m
 from bot.blocks import APPROVE
 from bot.identity import EXTERNAL
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.slack_server import (
+    app_mention,
+    block_actions,
+    event_callback,
+    message,
+    next_ts,
+    slash_command,
+)
+from tests.support.slack_bot import (
     ALICE,
     CHANNEL,
     STRANGER,
@@ -30,15 +39,6 @@ from tests.bot_helpers import (
     card_of,
     from_team,
     texts,
-)
-from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_server import (
-    app_mention,
-    block_actions,
-    event_callback,
-    message,
-    next_ts,
-    slash_command,
 )
 from worker.run import RunStatus
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.blocks import VIEW_RUN
-from tests.bot_helpers import ALICE, POLICY, answered, bot_env, buttons, texts
 from tests.fakes.openai_server import FakeOpenAI, conversation_key
 from tests.fakes.slack_server import app_mention, message_im
+from tests.support.slack_bot import ALICE, POLICY, answered, bot_env, buttons, texts
 
 IT_TEXT = "You are Acme's IT help desk."
 DM_TEXT = "In DMs, answer in one sentence."

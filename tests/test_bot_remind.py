@@ -15,7 +15,9 @@ import redis
 import tools.builtin
 from approvals import ApprovalStatus
 from bot.blocks import APPROVE
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI
+from tests.support.runtime import wait_until
+from tests.support.slack_bot import (
     ALICE,
     CHANNEL,
     SUPPORT,
@@ -25,8 +27,6 @@ from tests.bot_helpers import (
     buttons,
     texts,
 )
-from tests.fakes.openai_server import FakeOpenAI
-from tests.runtime_helpers import wait_until
 from tests.test_bot_flow import CREATE, suspended_on_card
 from tools.builtin.tickets import TicketStore
 from tools.exceptions import PolicyError

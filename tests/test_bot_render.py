@@ -17,8 +17,8 @@ from bot.blocks import (
 from bot.commands import parse
 from bot.mrkdwn import escape, split, to_mrkdwn
 from bot.views import home_view, run_modal
-from tests.bot_helpers import buttons, texts
 from tests.fakes.slack_server import block_errors, blocks_text_length
+from tests.support.slack_bot import buttons, texts
 from worker.events import Event
 from worker.run import EndReason, Requester, Run, RunStatus
 

@@ -14,7 +14,10 @@ from approvals import ApprovalStatus
 from bot import messages as m
 from bot.blocks import APPROVE
 from bot.identity import RETRY_SECONDS, UserGroups
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.slack_server import FakeSlack, app_mention
+from tests.support.runtime import wait_until
+from tests.support.slack_bot import (
     ADMIN,
     ALICE,
     CHANNEL,
@@ -27,9 +30,6 @@ from tests.bot_helpers import (
     buttons,
     has_button,
 )
-from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_server import FakeSlack, app_mention
-from tests.runtime_helpers import wait_until
 from tools.builtin.tickets import TicketStore
 from worker.roles import RolesUnavailable
 from worker.run import EndReason, RunStatus

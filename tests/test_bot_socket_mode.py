@@ -23,7 +23,17 @@ from approvals import ApprovalStatus
 from bot.blocks import APPROVE, VIEW_RUN
 from bot.serve import TimedSocketModeHandler, build_app
 from bot.surface import SlackSurface
-from tests.bot_helpers import (
+from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.slack_server import (
+    FakeSlack,
+    app_mention,
+    block_actions,
+    event_callback,
+    slash_command,
+)
+from tests.fakes.socket_gateway import Ack, SocketGateway
+from tests.support.runtime import make_runtime, wait_until, work
+from tests.support.slack_bot import (
     ALICE,
     CHANNEL,
     POLICY,
@@ -37,16 +47,6 @@ from tests.bot_helpers import (
     has_button,
     texts,
 )
-from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_server import (
-    FakeSlack,
-    app_mention,
-    block_actions,
-    event_callback,
-    slash_command,
-)
-from tests.fakes.socket_gateway import Ack, SocketGateway
-from tests.runtime_helpers import make_runtime, wait_until, work
 from tools.builtin.tickets import TicketStore
 from worker.run import Run, RunStatus
 from worker.runtime import Runtime

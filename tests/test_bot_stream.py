@@ -14,12 +14,12 @@ from slack_sdk import WebClient
 from bot.blocks import VIEW_RUN
 from bot.stream import AnswerStreams
 from bot.surface import SlackSurface
-from tests.bot_helpers import ALICE, CHANNEL, TOKEN, BotEnv, buttons, texts
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, app_mention
-from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import ALICE as ALICE_REQUESTER
-from tests.runtime_helpers import make_runtime, wait_until
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.runtime import ALICE as ALICE_REQUESTER
+from tests.support.runtime import make_runtime, wait_until
+from tests.support.slack_bot import ALICE, CHANNEL, TOKEN, BotEnv, buttons, texts
 from worker import service
 from worker.run import Run, RunStatus
 

@@ -12,10 +12,10 @@ from slack_sdk import WebClient
 
 from bot.blocks import CANCEL
 from bot.surface import SlackSurface
-from tests.bot_helpers import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, next_ts
-from tests.runtime_helpers import make_runtime, requester
+from tests.support.runtime import make_runtime, requester
+from tests.support.slack_bot import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
 from worker import jobs, service
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime

@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from tests.fakes.openai_server import Fault, Script, Turn
-from tests.processes import MARK, ROOT, embedded_socket, kill_marked, marked, worker_env
-from tests.runtime_helpers import wait_until
-from tests.terminal import Terminal
+from tests.support.processes import MARK, ROOT, embedded_socket, kill_marked, marked, worker_env
+from tests.support.runtime import wait_until
+from tests.support.terminal import Terminal
 from tools.builtin.tickets import TicketStore
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from switchboard.cli import main
-from tests.processes import ROOT, worker_env
+from tests.support.processes import ROOT, worker_env
 from tools.registry import registry
 
 

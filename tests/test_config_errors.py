@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.fakes.slack_server import FakeSlack
-from tests.processes import MARK, ROOT, kill_marked, marked, worker_env
-from tests.runtime_helpers import wait_until
+from tests.support.processes import MARK, ROOT, kill_marked, marked, worker_env
+from tests.support.runtime import wait_until
 
 pytestmark = pytest.mark.slow
 

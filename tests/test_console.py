@@ -8,8 +8,8 @@ import pytest
 
 from switchboard.console import Console
 from tests.fakes.openai_server import Turn
-from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import make_runtime
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.runtime import make_runtime
 from tools.builtin.tickets import TicketStore
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.fakes.openai_server import Turn
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from worker import service
 from worker.library import DemoError, candidate_from_run
 from worker.run import Requester, Run, RunStatus

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import tools.builtin
 from switchboard.cli import main
 from tests.fakes.openai_server import Turn
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from tools.registry import ToolRegistry, registry
 from worker import service
 from worker.grounding import untraceable

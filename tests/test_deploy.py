@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from switchboard.settings import Config
-from tests.runtime_helpers import make_runtime
+from tests.support.runtime import make_runtime
 from worker import metrics
 from worker.process import DEFAULT_GRACE_SECONDS
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests import fault_tools
 from tests.fakes.openai_server import Fault, Script, Turn
-from tests.processes import WorkerProcess, worker_env
-from tests.redis_server import RedisServer
-from tests.runtime_helpers import (
+from tests.support import fault_tools
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.redis_server import RedisServer
+from tests.support.runtime import (
     ALICE,
     approve_first,
     make_runtime,
@@ -85,7 +85,7 @@ def fault_env(redis_url: str, model_url: str, tmp_path: Path, faults: Path) -> d
         redis_url,
         model_url,
         tmp_path,
-        SWITCHBOARD_TOOLS="tests.fault_tools",
+        SWITCHBOARD_TOOLS="tests.support.fault_tools",
         FAULT_DIR=str(faults),
         SWITCHBOARD_LEASE_SECONDS=str(LEASE),
         SWITCHBOARD_SWEEP_SECONDS="0.1",

@@ -1,5 +1,5 @@
 """Tools from real MCP servers: `mcp-server-time` and `mcp-server-git` from PyPI, and a notes
-server of our own (tests/mcp_server.py) over stdio and streamable HTTP. No protocol mocks:
+server of our own (tests/support/mcp_server.py) over stdio and streamable HTTP. No protocol mocks:
 the official SDK client talks to the servers as it would in production."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 import tools.mcp
-from tests.mcp_helpers import (
+from tests.support.mcp_servers import (
     NotesServer,
     starts,
     stdio_notes,
     write_config,
 )
-from tests.runtime_helpers import wait_until
+from tests.support.runtime import wait_until
 from tools import ToolContext, register_tool
 from tools.decode import decode_arguments
 from tools.exceptions import ArgumentError, McpServerError

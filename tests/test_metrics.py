@@ -13,8 +13,8 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.openai_server import Turn
-from tests.redis_server import RedisServer
-from tests.runtime_helpers import ALICE, approve_first, make_runtime, work
+from tests.support.redis_server import RedisServer
+from tests.support.runtime import ALICE, approve_first, make_runtime, work
 from tools.exceptions import OperatorError
 from worker import metrics, service
 from worker.run import RunStatus

@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from tests.processes import ROOT
+from tests.support.processes import ROOT
 
 BACKEND = ROOT / "build_backend" / "switchboard_build.py"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.cli import build_parser
-from tests.processes import ROOT
+from tests.support.processes import ROOT
 
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent  # where `pip install` put the `switchboard` command

@@ -11,9 +11,9 @@ import redis
 
 from switchboard.redisconn import connect
 from tests.fakes.openai_server import Turn
-from tests.processes import WorkerProcess, worker_env
-from tests.redis_server import RedisServer, TLSFiles, tls_binary
-from tests.runtime_helpers import ALICE, approve_first, make_runtime, wait_until, work
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.redis_server import RedisServer, TLSFiles, tls_binary
+from tests.support.runtime import ALICE, approve_first, make_runtime, wait_until, work
 from tools.builtin.tickets import TicketStore
 from tools.exceptions import OperatorError
 from worker import service

@@ -9,7 +9,7 @@ from typing import cast
 from rq.registry import StartedJobRegistry
 
 from tests.fakes.openai_server import Turn
-from tests.runtime_helpers import ALICE, make_runtime, requester, tool_messages, wait_until, work
+from tests.support.runtime import ALICE, make_runtime, requester, tool_messages, wait_until, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import EndReason, RunStatus

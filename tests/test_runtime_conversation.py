@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from worker import service
 from worker.run import Requester, RunStatus
 

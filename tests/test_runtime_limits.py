@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from switchboard.settings import Config
 from switchboard.wiring import build_runtime
 from tests.fakes.openai_server import FakeOpenAI
-from tests.runtime_helpers import ALICE, make_runtime, work
+from tests.support.runtime import ALICE, make_runtime, work
 from tools.exceptions import PolicyError
 from tools.policy import Policy
 from tools.registry import ToolRegistry

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.fakes.openai_server import Fault, Script, Turn
-from tests.runtime_helpers import (
+from tests.support.runtime import (
     ALICE,
     approve_first,
     event_kinds,

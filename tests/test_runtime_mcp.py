@@ -18,18 +18,16 @@ from approvals import LedgerState
 from bot.blocks import APPROVE
 from switchboard.settings import Config
 from switchboard.wiring import build_runtime
-from tests.bot_helpers import ALICE as SLACK_ALICE
-from tests.bot_helpers import bot_env, buttons, has_button, texts
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
-from tests.mcp_helpers import (
+from tests.support.mcp_servers import (
     NotesServer,
     starts,
     stdio_notes,
     write_config,
 )
-from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import (
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.runtime import (
     ALICE,
     approve_first,
     tool_messages,
@@ -37,6 +35,8 @@ from tests.runtime_helpers import (
     wait_until,
     work,
 )
+from tests.support.slack_bot import ALICE as SLACK_ALICE
+from tests.support.slack_bot import bot_env, buttons, has_button, texts
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime

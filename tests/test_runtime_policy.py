@@ -10,7 +10,7 @@ import pytest
 
 from approvals import ApprovalRequest
 from tests.fakes.openai_server import Turn
-from tests.runtime_helpers import ALICE, event_kinds, make_runtime, tool_messages, work
+from tests.support.runtime import ALICE, event_kinds, make_runtime, tool_messages, work
 from tools.builtin.tickets import TicketStore
 from tools.registry import Tool
 from worker import service

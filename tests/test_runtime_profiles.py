@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.openai_server import FakeOpenAI, Turn, conversation_key
-from tests.runtime_helpers import ALICE, approve_first, make_runtime, tool_messages, work
+from tests.support.runtime import ALICE, approve_first, make_runtime, tool_messages, work
 from tools.builtin.tickets import TicketStore
 from tools.policy import Policy
 from tools.registry import registry

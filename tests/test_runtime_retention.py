@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.runtime_helpers import wait_until
+from tests.support.runtime import wait_until
 from worker.events import EventKind, EventLog
 from worker.run import Requester, Run, RunStatus
 from worker.store import RunStore

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fakes.openai_server import ToolCall, Turn
-from tests.runtime_helpers import ALICE, approve_first, make_runtime, tool_messages, work
+from tests.support.runtime import ALICE, approve_first, make_runtime, tool_messages, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import EndReason, RunStatus

@@ -16,7 +16,7 @@ from rq import Queue, Worker
 from rq.utils import utcformat
 
 from switchboard.supervise import live_workers
-from tests.processes import (
+from tests.support.processes import (
     MARK,
     ROOT,
     WorkerProcess,
@@ -26,7 +26,7 @@ from tests.processes import (
     marked,
     worker_env,
 )
-from tests.runtime_helpers import wait_until
+from tests.support.runtime import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from tests.fakes.openai_server import Turn
-from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import ALICE, make_runtime, wait_for_run, wait_until
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
 from worker import service
 from worker.process import make_worker
 from worker.run import RunStatus

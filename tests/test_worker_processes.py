@@ -8,8 +8,8 @@ import pytest
 
 from switchboard.cli import main
 from tests.fakes.openai_server import Turn
-from tests.processes import WorkerProcess, worker_env
-from tests.runtime_helpers import ALICE, approve_first, make_runtime, wait_until, work
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.runtime import ALICE, approve_first, make_runtime, wait_until, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import RunStatus
@@ -76,7 +76,7 @@ def test_worker_processes_are_restarted_when_one_dies(
 
     from rq import Worker
 
-    from tests.processes import ROOT
+    from tests.support.processes import ROOT
 
     env = worker_env(redis_url, model_server.url, tmp_path)
     parent = subprocess.Popen(

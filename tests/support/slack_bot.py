@@ -31,7 +31,7 @@ from tests.fakes.slack_server import (
     send_signed,
     slash_command,
 )
-from tests.runtime_helpers import make_runtime, wait_until, work
+from tests.support.runtime import make_runtime, wait_until, work
 from worker.run import Run
 from worker.runtime import Runtime
 

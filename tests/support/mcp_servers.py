@@ -1,4 +1,4 @@
-"""Real MCP servers for tests: `mcp-server-time` from PyPI, and tests/mcp_server.py (a notes
+"""Real MCP servers for tests: `mcp-server-time` from PyPI, and tests/support/mcp_server.py (a notes
 service built with the SDK's MCPServer) over stdio or streamable HTTP on 127.0.0.1."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-SERVER = ROOT / "tests" / "mcp_server.py"
+ROOT = Path(__file__).resolve().parents[2]  # the project
+SERVER = ROOT / "tests" / "support" / "mcp_server.py"
 
 
 class NotesServer:
-    """tests/mcp_server.py over streamable HTTP, as a child process on a free port."""
+    """tests/support/mcp_server.py over streamable HTTP, as a child process on a free port."""
 
     def __init__(self, notes_dir: Path) -> None:
         self.dir = notes_dir
@@ -32,7 +32,7 @@ class NotesServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        from tests.runtime_helpers import wait_until  # keeps conftest's imports light
+        from tests.support.runtime import wait_until  # keeps conftest's imports light
 
         port = wait_until(
             lambda: port_file.exists() and port_file.read_text().strip(),
@@ -56,7 +56,7 @@ class NotesServer:
 
 
 def stdio_notes(notes_dir: Path, **extra: Any) -> dict[str, Any]:
-    """A `servers:` entry that starts tests/mcp_server.py over stdio; NOTES_DIR (set by the
+    """A `servers:` entry that starts tests/support/mcp_server.py over stdio; NOTES_DIR (set by the
     `notes_dir` fixture) goes through `${NOTES_DIR}`, as an operator's secrets would."""
     assert os.environ.get("NOTES_DIR") == str(notes_dir)
     return {

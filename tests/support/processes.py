@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the project
 
 
 def worker_env(redis_url: str, model_url: str, tmp: Path, **extra: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """A real MCP server for the tests, built with the SDK's MCPServer (FastMCP in mcp 1.x).
 
-    python tests/mcp_server.py                  stdio (the client starts it)
-    python tests/mcp_server.py --http PORTFILE  streamable HTTP on 127.0.0.1, a free port,
+    python tests/support/mcp_server.py                  stdio (the client starts it)
+    python tests/support/mcp_server.py --http PORTFILE  streamable HTTP on 127.0.0.1, a free port,
                                                 written to PORTFILE once it listens
 
 A small notes service. Its reads are annotated `readOnlyHint: true`; `add_note` has no
