@@ -46,28 +46,6 @@ def test_registry_basics() -> None:
     assert len(local) == 0
 
 
-def test_public_api_is_exported() -> None:
-    for name in (
-        "ToolContext",
-        "tool",
-        "register_tool",
-        "Tool",
-        "ToolRegistry",
-        "registry",
-        "load_modules",
-        "decode_arguments",
-        "ArgumentError",
-        "canonical_json",
-        "execute",
-        "Observation",
-        "Policy",
-        "PolicyError",
-        "ToolRule",
-        "Denial",
-    ):
-        assert hasattr(tools, name), name
-
-
 def test_builtin_load_is_idempotent() -> None:
     local = ToolRegistry()
     assert tools.builtin.load(local) == BUILTIN_NAMES
