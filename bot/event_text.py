@@ -14,7 +14,7 @@ from typing import Any
 
 from bot import messages as m
 from bot.mrkdwn import code, cut, escape, mention, one_line
-from worker.events import Event, EventKind, is_run_end
+from worker.events import GENERIC_KINDS, Event, EventKind, is_run_end
 
 Render = Callable[[Event, str], str]  # (event, its offset from the run's start) -> mrkdwn
 
@@ -179,19 +179,7 @@ HIDDEN: frozenset[EventKind] = frozenset({K.SUSPENDED, K.DEMOS_SELECTED, K.WRITE
 
 # Shown by name only ("`+1.20s` roles changed"), deliberately: `switchboard runs show` has
 # the details for those who need them.
-GENERIC: frozenset[EventKind] = frozenset(
-    {
-        K.WAITING_IN_LINE,
-        K.HANDED_BACK,
-        K.ROLES_UNAVAILABLE,
-        K.ROLES_CHANGED,
-        K.MODEL_ERROR,
-        K.REPEATED_CALL,
-        K.APPROVAL_REMINDED,
-        K.APPROVAL_ESCALATED,
-        K.EDIT_REFUSED,
-    }
-)
+GENERIC = GENERIC_KINDS
 
 RENDERERS: dict[str, Render] = {
     K.RUN_CREATED: asked,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from worker.events import Event, EventKind, is_run_end
+from worker.events import GENERIC_KINDS, Event, EventKind, is_run_end
 from worker.run import Run
 
 REASONS = {
@@ -202,19 +202,7 @@ def ended(event: Event, offset: str) -> list[str]:
 K = EventKind
 
 # Shown by name with their data as JSON, deliberately: an operator reads it whole.
-GENERIC: frozenset[EventKind] = frozenset(
-    {
-        K.WAITING_IN_LINE,
-        K.HANDED_BACK,
-        K.ROLES_UNAVAILABLE,
-        K.ROLES_CHANGED,
-        K.MODEL_ERROR,
-        K.REPEATED_CALL,
-        K.APPROVAL_REMINDED,
-        K.APPROVAL_ESCALATED,
-        K.EDIT_REFUSED,
-    }
-)
+GENERIC = GENERIC_KINDS
 
 RENDERERS: dict[str, Render] = {
     K.RUN_CREATED: asked,

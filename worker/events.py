@@ -85,6 +85,23 @@ def is_run_end(kind: str) -> bool:
     return kind.startswith("run_") and kind != EventKind.RUN_CREATED
 
 
+# Kinds no surface renders in its own words: each shows them by name (Slack's run view) or by
+# name with their data (`switchboard runs show`). Every other kind has a renderer on both.
+GENERIC_KINDS: frozenset[EventKind] = frozenset(
+    {
+        EventKind.WAITING_IN_LINE,
+        EventKind.HANDED_BACK,
+        EventKind.ROLES_UNAVAILABLE,
+        EventKind.ROLES_CHANGED,
+        EventKind.MODEL_ERROR,
+        EventKind.REPEATED_CALL,
+        EventKind.APPROVAL_REMINDED,
+        EventKind.APPROVAL_ESCALATED,
+        EventKind.EDIT_REFUSED,
+    }
+)
+
+
 @dataclass(frozen=True)
 class Event:
     id: str
