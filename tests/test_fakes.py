@@ -364,14 +364,14 @@ def test_embeddings_are_deterministic_normalized_and_similar_for_similar_text(
     assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2]) + 0.3
 
 
-def test_models_and_auth() -> None:
-    with FakeOpenAI(models=["gpt-a", "gpt-b"], api_key="right") as fake:
-        listed = openai.OpenAI(base_url=fake.url, api_key="right").models.list()
-        assert [model.id for model in listed.data] == ["gpt-a", "gpt-b"]
+def test_a_wrong_api_key_is_refused() -> None:
+    with FakeOpenAI(["hello"], api_key="right") as fake:
+        right = openai.OpenAI(base_url=fake.url, api_key="right")
+        assert ask(right, "hi").choices[0].message.content == "hello"
 
         wrong = openai.OpenAI(base_url=fake.url, api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
-            wrong.models.list()
+            ask(wrong, "hi")
 
 
 # ---------------------------------------------------------------------------------------
