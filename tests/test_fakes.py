@@ -1,4 +1,4 @@
-"""The fakes, driven by the real clients: `openai.OpenAI`, `slack_sdk.WebClient`, Bolt."""
+"""The fakes, driven by the real clients: `openai.OpenAI` and `slack_sdk.WebClient`."""
 
 from __future__ import annotations
 
@@ -11,28 +11,12 @@ from typing import Any
 
 import openai
 import pytest
-from slack_bolt import Ack, App, Say
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, ToolCall, Turn, embed
-from tests.fakes.slack_server import (
-    BoltServer,
-    FakeSlack,
-    SlackError,
-    app_mention,
-    block_actions,
-    event_callback,
-    message_im,
-    send_signed,
-    signed_headers,
-    slash_command,
-    view_submission,
-)
-
-SIGNING_SECRET = "test-signing-secret"
-
+from tests.fakes.slack_server import FakeSlack, SlackError
 
 # ---------------------------------------------------------------------------------------
 # FakeOpenAI
@@ -667,97 +651,3 @@ def test_users_usergroups_reactions_and_ephemeral(slack: FakeSlack, web: WebClie
     assert ephemeral["message_ts"]
     assert slack.ephemeral_messages("C8")[0]["text"] == "only you"
     assert [m["text"] for m in slack.messages("C8")] == ["hello"]
-
-
-# ---------------------------------------------------------------------------------------
-# Signed requests to a Bolt app over HTTP
-# ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def bolt(slack: FakeSlack) -> Iterator[BoltServer]:
-    app = App(
-        signing_secret=SIGNING_SECRET,
-        client=WebClient(token="xoxb-test", base_url=slack.url),
-    )
-
-    @app.event("app_mention")
-    def mention(event: dict[str, Any], say: Say) -> None:
-        say(text=f"echo: {event['text']}", thread_ts=event.get("thread_ts") or event["ts"])
-
-    @app.event("message")
-    def direct_message(event: dict[str, Any], say: Say) -> None:
-        say(text="dm received")
-
-    @app.action("approve")
-    def approve(ack: Ack, body: dict[str, Any], client: WebClient) -> None:
-        ack()
-        client.chat_update(
-            channel=body["channel"]["id"],
-            ts=body["message"]["ts"],
-            text=body["actions"][0]["value"],
-        )
-
-    @app.command("/switchboard")
-    def command(ack: Ack, command: dict[str, Any]) -> None:
-        ack(text=f"runs for {command['user_id']}: {command['text']}")
-
-    @app.view("edit_args")
-    def submitted(ack: Ack, view: dict[str, Any]) -> None:
-        value = view["state"]["values"]["args"]["json"]["value"]
-        ack(response_action="errors", errors={"args": f"bad: {value}"})
-
-    with BoltServer(app) as server:
-        yield server
-
-
-def test_signed_event_reaches_the_bolt_listener(slack: FakeSlack, bolt: BoltServer) -> None:
-    event = app_mention("<@UBOT> hello", user="U0USER", channel="C9")
-    slack.add_event(event)
-
-    answer = send_signed(bolt.url, SIGNING_SECRET, event_callback(event))
-
-    assert answer.status == 200
-    reply = slack.wait_for_call("chat.postMessage")
-    assert reply.items() >= {"channel": "C9", "thread_ts": event["ts"]}.items()
-    assert reply["text"] == "echo: <@UBOT> hello"
-    assert [m["text"] for m in slack.thread("C9", event["ts"])] == [
-        "<@UBOT> hello",
-        "echo: <@UBOT> hello",
-    ]
-
-    send_signed(bolt.url, SIGNING_SECRET, event_callback(message_im("hi", channel="D9")))
-    assert slack.wait_for_call("chat.postMessage", lambda a: a["channel"] == "D9")["text"] == (
-        "dm received"
-    )
-
-
-def test_bad_or_stale_signatures_are_refused(bolt: BoltServer) -> None:
-    body = json.dumps(event_callback(app_mention("<@UBOT> hi")))
-
-    wrong = send_signed(bolt.url, "not-the-secret", body)
-    stale = send_signed(bolt.url, SIGNING_SECRET, body, timestamp=int(time.time()) - 600)
-
-    assert (wrong.status, stale.status) == (401, 401)
-    headers = signed_headers(SIGNING_SECRET, body, timestamp=1700000000)
-    assert headers["X-Slack-Signature"].startswith("v0=")
-    assert headers["X-Slack-Request-Timestamp"] == "1700000000"
-    assert headers["Content-Type"] == "application/json"
-
-
-def test_button_command_and_modal_submission(slack: FakeSlack, bolt: BoltServer) -> None:
-    ts = slack.add_message("C10", "Approve create_ticket?", user="UBOT")
-
-    clicked = send_signed(
-        bolt.url, SIGNING_SECRET, block_actions("approve", "approved", "U0ADMIN", "C10", ts)
-    )
-    command = send_signed(bolt.url, SIGNING_SECRET, slash_command("/switchboard", "runs", "U0USER"))
-    values = {"args": {"json": {"type": "plain_text_input", "value": "{"}}}
-    submitted = send_signed(bolt.url, SIGNING_SECRET, view_submission("edit_args", values))
-
-    assert clicked.status == 200
-    update = slack.wait_for_call("chat.update")
-    assert (update["channel"], update["ts"], update["text"]) == ("C10", ts, "approved")
-    assert (command.status, command.body) == (200, "runs for U0USER: runs")  # Bolt: text only
-    assert submitted.json() == {"response_action": "errors", "errors": {"args": "bad: {"}}
-    assert [exchange.status for exchange in bolt.records()] == [200, 200, 200]

@@ -42,7 +42,6 @@ from tests.fakes.slack_events import (
     BOT_USER_ID,
     DEFAULT_USER,
     TEAM_ID,
-    BoltServer,
     SignedResponse,
     app_mention,
     block_actions,
@@ -59,7 +58,6 @@ from tests.fakes.slack_events import (
 from tests.fakes.socket_gateway import SocketGateway
 
 __all__ = [
-    "BoltServer",
     "Call",
     "FakeSlack",
     "SignedResponse",
