@@ -15,8 +15,9 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
+from tests.fakes import slack_server
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, ToolCall, Turn, embed
-from tests.fakes.slack_server import FakeSlack, SlackError
+from tests.fakes.slack_server import FakeSlack
 
 # ---------------------------------------------------------------------------------------
 # FakeOpenAI
@@ -489,7 +490,7 @@ def test_limits_at_the_edge_are_accepted_and_long_text_is_truncated(
     assert len(slack.messages("C4")[0]["text"]) == 40_000
 
 
-def test_rate_limit_fail_and_override_knobs(slack: FakeSlack, web: WebClient) -> None:
+def test_rate_limit_and_fail_knobs(slack: FakeSlack, web: WebClient) -> None:
     slack.rate_limit("chat.postMessage", times=1, retry_after=7)
     limited = slack_error(lambda: web.chat_postMessage(channel="C5", text="a"))
     assert limited.response.status_code == 429
@@ -501,29 +502,22 @@ def test_rate_limit_fail_and_override_knobs(slack: FakeSlack, web: WebClient) ->
     failed = slack_error(lambda: web.chat_postMessage(channel="C5", text="c"))
     assert failed.response["error"] == "channel_not_found"
 
-    def permalink(args: dict[str, Any]) -> dict[str, Any]:
-        if args["channel"] == "CBAD":
-            raise SlackError("channel_not_found")
-        return {"permalink": f"https://x/{args['message_ts']}"}
-
-    slack.on("chat.getPermalink", permalink)
-    assert web.chat_getPermalink(channel="C5", message_ts="1.2")["permalink"] == "https://x/1.2"
-    bad = slack_error(lambda: web.chat_getPermalink(channel="CBAD", message_ts="1.2"))
-    assert bad.response["error"] == "channel_not_found"
-
+    slack.fail("chat.getPermalink", "missing_scope", times=5)
     slack.reset()
     assert slack.call_log == [] and slack.messages("C5") == []
     missing = slack_error(lambda: web.chat_getPermalink(channel="C5", message_ts="1.2"))
-    assert missing.response["error"] == "message_not_found"  # the built-in method is back
+    assert missing.response["error"] == "message_not_found"  # the failures are forgotten
 
 
-def test_a_crashing_handler_answers_500_fatal_error(slack: FakeSlack, web: WebClient) -> None:
-    def broken(args: dict[str, Any]) -> dict[str, Any]:
-        raise KeyError("bug in a test handler")
+def test_a_crashing_method_answers_500_fatal_error(
+    monkeypatch: pytest.MonkeyPatch, web: WebClient
+) -> None:
+    def broken(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
+        raise KeyError("bug in the fake")
 
-    slack.on("users.info", broken)
+    monkeypatch.setitem(slack_server._METHODS, "bots.info", broken)
 
-    failure = slack_error(lambda: web.users_info(user="U0USER"))
+    failure = slack_error(lambda: web.bots_info(bot="B0001"))
     assert (failure.response.status_code, failure.response["error"]) == (500, "fatal_error")
     assert web.auth_test()["ok"]  # the server keeps serving
 
@@ -541,8 +535,7 @@ def test_the_sdk_retry_handler_honours_retry_after(slack: FakeSlack) -> None:
 
 
 def test_wait_for_call_sees_calls_from_other_threads(slack: FakeSlack, web: WebClient) -> None:
-    slack.set_delay("chat.postMessage", 0.05)
-    poster = threading.Thread(target=lambda: web.chat_postMessage(channel="C7", text="later"))
+    poster = threading.Timer(0.05, lambda: web.chat_postMessage(channel="C7", text="later"))
     poster.start()
 
     args = slack.wait_for_call("chat.postMessage", lambda a: a["text"] == "later")
@@ -585,10 +578,12 @@ def test_views_publish_limits(slack: FakeSlack, web: WebClient) -> None:
     too_many = {"type": "home", "blocks": [section("x")] * 101}
     too_big = {"type": "home", "blocks": [section("x" * 2900)] * 90}
 
-    web.views_publish(user_id="U0USER", view=home)
+    stored = web.views_publish(user_id="U0USER", view=home)["view"]
+    again = web.views_publish(user_id="U0USER", view=home, hash=stored["hash"])["view"]
+    stale = slack_error(lambda: web.views_publish(user_id="U0USER", view=home, hash="old"))
 
-    stored = slack.home("U0USER")
-    assert stored is not None and stored["blocks"] == home["blocks"]
+    assert stored["blocks"] == home["blocks"] and again["id"] == stored["id"]
+    assert stale.response["error"] == "hash_conflict"
     for view in (too_many, too_big):
         failure = slack_error(lambda v=view: web.views_publish(user_id="U0USER", view=v))
         assert failure.response["error"] == "invalid_arguments"
@@ -649,5 +644,5 @@ def test_users_usergroups_reactions_and_ephemeral(slack: FakeSlack, web: WebClie
     assert message is not None and message["reactions"][0]["users"] == ["UBOT"]
     assert again.response["error"] == "already_reacted"
     assert ephemeral["message_ts"]
-    assert slack.ephemeral_messages("C8")[0]["text"] == "only you"
-    assert [m["text"] for m in slack.messages("C8")] == ["hello"]
+    assert slack.last("chat.postEphemeral")["text"] == "only you"
+    assert [m["text"] for m in slack.messages("C8")] == ["hello"]  # only its user sees it

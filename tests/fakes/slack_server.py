@@ -128,9 +128,6 @@ class SlackError(Exception):
         return body
 
 
-MethodHandler = Callable[[dict[str, Any]], dict[str, Any]]
-
-
 def _flag(value: Any) -> bool:
     if isinstance(value, str):
         return value.lower() in ("1", "true", "yes")
@@ -189,14 +186,11 @@ class FakeSlack(FakeServer[Call]):
         self._users: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (users or {}).items()}
         self._usergroups: list[dict[str, Any]] = [dict(group) for group in usergroups]
         self._channels: dict[str, list[dict[str, Any]]] = {}
-        self._ephemeral: dict[str, list[dict[str, Any]]] = {}
         self._views: dict[str, dict[str, Any]] = {}
-        self._home: dict[str, dict[str, Any]] = {}
+        self._home: dict[str, dict[str, Any]] = {}  # user id -> App Home view
         self._assistant: dict[tuple[str, str], dict[str, Any]] = {}
         self._rate_limits: dict[str, list[int]] = {}
         self._failures: dict[str, list[SlackError]] = {}
-        self._delays: dict[str, float] = {}
-        self._overrides: dict[str, MethodHandler] = {}
         self._view_ids = itertools.count(1)
         self._first_text: dict[str, float] = {}  # message ts -> when it first showed text
 
@@ -236,17 +230,6 @@ class FakeSlack(FakeServer[Call]):
                 SlackError(error, **extra) for _ in range(times)
             )
 
-    def set_delay(self, method: str, seconds: float) -> None:
-        """Every call of `method` waits `seconds` before it is handled (0 to clear)."""
-        with self._cond:
-            self._delays[method] = seconds
-
-    def on(self, method: str, handler: MethodHandler) -> None:
-        """Add or replace a method: handler(args) -> response fields (without "ok"); raise
-        SlackError for an error answer. Runs under the fake's lock."""
-        with self._cond:
-            self._overrides[method] = handler
-
     def reset(self) -> None:
         """Forget calls, messages, views, assistant-thread state and every knob (the users
         and usergroups given to the constructor stay)."""
@@ -254,14 +237,11 @@ class FakeSlack(FakeServer[Call]):
             self._records.clear()
             for state in (
                 self._channels,
-                self._ephemeral,
                 self._views,
                 self._home,
                 self._assistant,
                 self._rate_limits,
                 self._failures,
-                self._delays,
-                self._overrides,
             ):
                 state.clear()
 
@@ -282,18 +262,6 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             stored = self._store(channel, message, ts=ts or next_ts(), thread_ts=thread_ts)
         return str(stored["ts"])
-
-    def add_event(self, event: Mapping[str, Any]) -> str:
-        """Store the message carried by an app_mention/message event (see the builders)."""
-        extra = {k: v for k, v in event.items() if k in ("blocks", "files", "bot_id")}
-        return self.add_message(
-            str(event["channel"]),
-            str(event.get("text", "")),
-            user=str(event.get("user", DEFAULT_USER)),
-            ts=str(event["ts"]),
-            thread_ts=event.get("thread_ts"),
-            **extra,
-        )
 
     def add_user(self, user_id: str, **fields: Any) -> None:
         with self._cond:
@@ -339,19 +307,9 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             return copy.deepcopy(self._thread_messages(channel, thread_ts))
 
-    def ephemeral_messages(self, channel: str) -> list[dict[str, Any]]:
-        with self._cond:
-            return copy.deepcopy(self._ephemeral.get(channel, []))
-
     def view(self, view_id: str) -> dict[str, Any] | None:
         with self._cond:
             found = self._views.get(view_id)
-            return copy.deepcopy(found) if found else None
-
-    def home(self, user_id: str) -> dict[str, Any] | None:
-        """The App Home view last published for `user_id`."""
-        with self._cond:
-            found = self._home.get(user_id)
             return copy.deepcopy(found) if found else None
 
     def first_text_at(self, ts: str) -> float | None:
@@ -416,9 +374,6 @@ class FakeSlack(FakeServer[Call]):
             if isinstance(value, str) and value[:1] in ("[", "{"):
                 with contextlib.suppress(ValueError):
                     args[name] = json.loads(value)
-        delay = self._delays.get(method, 0.0)
-        if delay and not self.pause(delay):
-            return 503, {"ok": False, "error": "service_unavailable"}, {}
         with self._cond:
             status, payload, extra = self._answer(method, args, token)
             self._records.append(Call(method, args, headers))
@@ -441,17 +396,11 @@ class FakeSlack(FakeServer[Call]):
         failures = self._failures.get(method)
         if failures:
             return 200, failures.pop(0).payload(), {}
-        handler = self._overrides.get(method)
-        if handler is None:
-            implementation = _METHODS.get(method)
-            if implementation is None:
-                return 200, {"ok": False, "error": "unknown_method"}, {}
-            try:
-                return 200, {"ok": True, **implementation(self, args, token)}, {}
-            except SlackError as exc:
-                return 200, exc.payload(), {}
+        implementation = _METHODS.get(method)
+        if implementation is None:
+            return 200, {"ok": False, "error": "unknown_method"}, {}
         try:
-            return 200, {"ok": True, **handler(args)}, {}
+            return 200, {"ok": True, **implementation(self, args, token)}, {}
         except SlackError as exc:
             return 200, exc.payload(), {}
 
@@ -694,11 +643,7 @@ def _chat_post_ephemeral(fake: FakeSlack, args: dict[str, Any], token: str) -> d
     if not args.get("text") and not args.get("blocks") and not args.get("attachments"):
         raise SlackError("no_text")
     _check_message_blocks(args)
-    message = {**fake._bot_message(args), "ts": next_ts(), "to_user": args["user"]}
-    if args.get("thread_ts"):
-        message["thread_ts"] = args["thread_ts"]
-    fake._ephemeral.setdefault(str(args["channel"]), []).append(message)
-    return {"message_ts": message["ts"]}
+    return {"message_ts": next_ts()}
 
 
 @_method("chat.delete")
