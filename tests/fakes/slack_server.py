@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import itertools
 import json
 import time
@@ -91,7 +90,6 @@ JSON_FIELDS = (
     "prompts",
     "loading_messages",
     "chunks",
-    "users",
 )
 
 
@@ -140,24 +138,11 @@ def _require(args: Mapping[str, Any], *names: str, error: str = "invalid_argumen
         raise SlackError(error, [f"[ERROR] missing required field: {name}" for name in missing])
 
 
-def _page(items: list[dict[str, Any]], args: Mapping[str, Any], default: int) -> dict[str, Any]:
-    start = int(args.get("cursor") or 0)
-    limit = int(args.get("limit") or default) or default
-    chunk = items[start : start + limit]
-    has_more = start + limit < len(items)
-    return {
-        "messages": chunk,
-        "has_more": has_more,
-        "response_metadata": {"next_cursor": str(start + limit) if has_more else ""},
-    }
-
-
 class FakeSlack(FakeServer[Call]):
     """Slack's Web API on 127.0.0.1; `url` is the `base_url` for WebClient.
 
     tokens: accepted tokens (default: any `xoxb-`/`xoxp-` token, and `xapp-` app-level
-    tokens, which only `apps.connections.open` takes). users: user id -> fields merged into
-    users.info answers (unknown U/W ids get a plausible user). usergroups: [{"id",
+    tokens, which only `apps.connections.open` takes). usergroups: [{"id",
     "handle", "name", "users": [...]}]. gateway: the Socket Mode gateway whose URLs
     `apps.connections.open` hands out (default: one FakeSlack starts on first use and
     stops with itself).
@@ -167,7 +152,6 @@ class FakeSlack(FakeServer[Call]):
         self,
         *,
         tokens: Iterable[str] | None = None,
-        users: Mapping[str, Mapping[str, Any]] | None = None,
         usergroups: Sequence[Mapping[str, Any]] = (),
         team_id: str = TEAM_ID,
         bot_user_id: str = BOT_USER_ID,
@@ -183,7 +167,6 @@ class FakeSlack(FakeServer[Call]):
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.app_id = app_id
-        self._users: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (users or {}).items()}
         self._usergroups: list[dict[str, Any]] = [dict(group) for group in usergroups]
         self._channels: dict[str, list[dict[str, Any]]] = {}
         self._views: dict[str, dict[str, Any]] = {}
@@ -231,8 +214,8 @@ class FakeSlack(FakeServer[Call]):
             )
 
     def reset(self) -> None:
-        """Forget calls, messages, views, assistant-thread state and every knob (the users
-        and usergroups given to the constructor stay)."""
+        """Forget calls, messages, views, assistant-thread state and every knob (the
+        usergroups stay)."""
         with self._cond:
             self._records.clear()
             for state in (
@@ -262,10 +245,6 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             stored = self._store(channel, message, ts=ts or next_ts(), thread_ts=thread_ts)
         return str(stored["ts"])
-
-    def add_user(self, user_id: str, **fields: Any) -> None:
-        with self._cond:
-            self._users.setdefault(user_id, {}).update(fields)
 
     def add_usergroup(
         self, group_id: str, handle: str, users: Sequence[str], **fields: Any
@@ -498,29 +477,6 @@ class FakeSlack(FakeServer[Call]):
         self._views[view_id] = stored
         return stored
 
-    def _user(self, user_id: str) -> dict[str, Any] | None:
-        known = self._users.get(user_id)
-        if known is None and user_id[:1] not in ("U", "W"):
-            return None
-        user: dict[str, Any] = {
-            "id": user_id,
-            "team_id": self.team_id,
-            "name": user_id.lower(),
-            "real_name": f"User {user_id}",
-            "deleted": False,
-            "is_bot": user_id == self.bot_user_id,
-            "is_admin": False,
-            "tz": "Europe/London",
-            "tz_offset": 0,
-            "profile": {
-                "real_name": f"User {user_id}",
-                "display_name": user_id.lower(),
-                "email": f"{user_id.lower()}@example.com",
-            },
-        }
-        user.update(copy.deepcopy(known or {}))
-        return user
-
 
 # ---------------------------------------------------------------------------------------
 # Method implementations: (fake, args, token) -> response fields. Run with the lock held.
@@ -724,71 +680,6 @@ def _chat_stop_stream(fake: FakeSlack, args: dict[str, Any], token: str) -> dict
     return {"channel": args["channel"], "ts": message["ts"], "message": copy.deepcopy(message)}
 
 
-@_method("conversations.replies")
-def _conversations_replies(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", "ts")
-    channel, ts = str(args["channel"]), str(args["ts"])
-    if channel not in fake._channels:
-        raise SlackError("channel_not_found")
-    message = fake._find(channel, ts)
-    if message is None:
-        raise SlackError("thread_not_found")
-    if message.get("thread_ts") not in (None, ts):
-        return _page([copy.deepcopy(message)], args, 1000)
-    return _page(copy.deepcopy(fake._thread_messages(channel, ts)), args, 1000)
-
-
-@_method("conversations.history")
-def _conversations_history(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", error="channel_not_found")
-    channel = str(args["channel"])
-    if channel not in fake._channels:
-        raise SlackError("channel_not_found")
-    inclusive = _flag(args.get("inclusive"))
-    oldest = _ts_key(str(args.get("oldest") or "0"))
-    latest = _ts_key(str(args["latest"])) if args.get("latest") else None
-
-    def in_range(message: Mapping[str, Any]) -> bool:
-        key = _ts_key(str(message["ts"]))
-        above = key >= oldest if inclusive else key > oldest
-        below = latest is None or (key <= latest if inclusive else key < latest)
-        return above and below
-
-    top_level = [
-        copy.deepcopy(m)
-        for m in reversed(fake._channels[channel])
-        if m.get("thread_ts") in (None, m["ts"]) and in_range(m)
-    ]
-    return _page(top_level, args, 100)
-
-
-@_method("conversations.open")
-def _conversations_open(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    users = args.get("users") or args.get("channel")
-    if not users:
-        raise SlackError("users_list_not_supplied")
-    ids = users if isinstance(users, list) else str(users).split(",")
-    digest = hashlib.sha256(",".join(sorted(str(i) for i in ids)).encode()).hexdigest()
-    channel_id = "D" + digest[:10].upper()
-    return {"channel": {"id": channel_id, "is_im": len(ids) == 1}}
-
-
-@_method("conversations.info")
-def _conversations_info(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", error="channel_not_found")
-    channel = str(args["channel"])
-    return {
-        "channel": {
-            "id": channel,
-            "name": channel.lower(),
-            "is_channel": channel.startswith("C"),
-            "is_private": channel.startswith("G"),
-            "is_im": channel.startswith("D"),
-            "is_member": True,
-        }
-    }
-
-
 @_method("views.open")
 def _views_open(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
     _require(args, "trigger_id")
@@ -912,36 +803,6 @@ def _usergroups_users_list(fake: FakeSlack, args: dict[str, Any], token: str) ->
         if group["id"] == args["usergroup"]:
             return {"users": list(group.get("users", []))}
     raise SlackError("no_such_subteam")
-
-
-@_method("users.info")
-def _users_info(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "user", error="user_not_found")
-    user = fake._user(str(args["user"]))
-    if user is None:
-        raise SlackError("user_not_found")
-    return {"user": user}
-
-
-@_method("reactions.add")
-def _reactions_add(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", "timestamp")
-    if not args.get("name"):
-        raise SlackError("invalid_name")
-    message = fake._find(str(args["channel"]), str(args["timestamp"]))
-    if message is None:
-        raise SlackError("message_not_found")
-    name = str(args["name"]).strip(":")
-    reactions: list[dict[str, Any]] = message.setdefault("reactions", [])
-    reaction = next((r for r in reactions if r["name"] == name), None)
-    if reaction is None:
-        reaction = {"name": name, "users": [], "count": 0}
-        reactions.append(reaction)
-    if fake.bot_user_id in reaction["users"]:
-        raise SlackError("already_reacted")
-    reaction["users"].append(fake.bot_user_id)
-    reaction["count"] += 1
-    return {}
 
 
 class _SlackHandler(QuietHandler):
