@@ -3,10 +3,9 @@
 a Bolt app."""
 
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, ToolCall, Turn, embed
-from tests.fakes.slack_server import BoltServer, FakeSlack, SlackError, send_signed, signed_headers
+from tests.fakes.slack_server import FakeSlack, SlackError, send_signed, signed_headers
 
 __all__ = [
-    "BoltServer",
     "FakeOpenAI",
     "FakeSlack",
     "Fault",

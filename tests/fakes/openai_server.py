@@ -563,7 +563,7 @@ class FakeOpenAI(FakeServer[Request]):
     """An OpenAI-compatible server on 127.0.0.1.
 
     script: the default Script (or list of turns) for conversations no route claims.
-    models: ids listed by GET /v1/models. api_key: when set, the only accepted key (any
+    api_key: when set, the only accepted key (any
     non-empty bearer token is accepted otherwise). validate: reject requests the real
     API would reject (unanswered tool calls, orphan tool messages, bad tool names, non-strict
     schemas marked strict) with a 400, as the real API does. pace: stream replies at this
@@ -574,14 +574,12 @@ class FakeOpenAI(FakeServer[Request]):
         self,
         script: ScriptLike | None = None,
         *,
-        models: Sequence[str] = ("gpt-fake",),
         api_key: str | None = None,
         validate: bool = True,
         pace: float | None = None,
     ) -> None:
         super().__init__()
         self.pace = pace  # tokens a second for streamed replies (a Turn's own pace wins)
-        self.models = list(models)
         self.api_key = api_key
         self.validate = validate
         self._script: Script | None = _as_script(script) if script is not None else None
@@ -752,12 +750,6 @@ class _OpenAIHandler(QuietHandler):
             self._chat(body)
         elif method == "POST" and path == "/v1/embeddings":
             self._embeddings(body)
-        elif method == "GET" and path == "/v1/models":
-            self.send_json(
-                200, {"object": "list", "data": [self._model(m) for m in self.fake.models]}
-            )
-        elif method == "GET" and path.startswith("/v1/models/"):
-            self._one_model(path.removeprefix("/v1/models/"))
         else:
             message = f"Invalid URL ({method} {path})"
             self._error(404, error_body(message, "invalid_request_error"))
@@ -904,16 +896,6 @@ class _OpenAIHandler(QuietHandler):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         self.send_json(200, payload, {"x-request-id": self._request_id()})
-
-    def _model(self, model_id: str) -> dict[str, Any]:
-        return {"id": model_id, "object": "model", "created": 1700000000, "owned_by": "fake"}
-
-    def _one_model(self, model_id: str) -> None:
-        if model_id in self.fake.models:
-            self.send_json(200, self._model(model_id))
-            return
-        message = f"The model '{model_id}' does not exist or you do not have access to it."
-        self._error(404, error_body(message, "invalid_request_error", "model_not_found", "model"))
 
 
 FakeOpenAI.handler_class = _OpenAIHandler

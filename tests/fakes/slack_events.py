@@ -1,9 +1,8 @@
 """Talking to a Bolt app as Slack does: signed HTTP requests and the payloads Slack sends
-(events, button clicks, slash commands, modal submissions), plus `BoltServer`, which
-serves a Bolt `App` over HTTP on 127.0.0.1.
+(events, button clicks, slash commands, modal submissions).
 
     event = app_mention("<@UBOT> hello", user="U0USER", channel="C1")
-    answer = send_signed(bolt.url, SIGNING_SECRET, event_callback(event))
+    answer = send_signed(app_url, SIGNING_SECRET, event_callback(event))
     assert answer.status == 200
 """
 
@@ -17,17 +16,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any
 from urllib.parse import urlencode
 
-from slack_bolt import App, BoltRequest
 from slack_sdk.signature import SignatureVerifier
 
-from tests.fakes._base import FakeServer, QuietHandler
-
 __all__ = [
-    "BoltExchange",
-    "BoltServer",
     "SignedResponse",
     "app_mention",
     "block_actions",
@@ -121,50 +115,6 @@ def send_signed(
             )
     except urllib.error.HTTPError as error:
         return SignedResponse(error.code, dict(error.headers.items()), error.read().decode("utf-8"))
-
-
-class BoltExchange(NamedTuple):
-    path: str
-    headers: dict[str, str]
-    body: str
-    status: int
-    response: str
-
-
-class BoltServer(FakeServer[BoltExchange]):
-    """Serves a Bolt `App` over HTTP on 127.0.0.1 (what Slack would post to), recording
-    each request with the status and body Bolt answered."""
-
-    def __init__(self, app: App, path: str = "/slack/events") -> None:
-        super().__init__()
-        self.app = app
-        self.path = path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}{self.path}"
-
-
-class _BoltHandler(QuietHandler):
-    def serve(self, method: str) -> None:
-        owner = cast(BoltServer, self.server.owner)
-        body = self.read_body().decode("utf-8")
-        path, _, query = self.path.partition("?")
-        if method != "POST" or path != owner.path:
-            self.send_bytes(404, b"Not Found", "text/plain")
-            return
-        bolt_headers: dict[str, str | Sequence[str]] = dict(self.header_dict())
-        request = BoltRequest(body=body, query=query, headers=bolt_headers)
-        response = owner.app.dispatch(request)
-        answer = response.body if isinstance(response.body, str) else json.dumps(response.body)
-        headers = {key: ", ".join(values) for key, values in response.headers.items()}
-        headers.pop("content-length", None)
-        content_type = headers.pop("content-type", "text/plain;charset=utf-8")
-        owner.record(BoltExchange(path, self.header_dict(), body, response.status, answer))
-        self.send_bytes(response.status, answer.encode("utf-8"), content_type, headers)
-
-
-BoltServer.handler_class = _BoltHandler
 
 
 # ---------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import itertools
 import json
 import time
@@ -42,7 +41,6 @@ from tests.fakes.slack_events import (
     BOT_USER_ID,
     DEFAULT_USER,
     TEAM_ID,
-    BoltServer,
     SignedResponse,
     app_mention,
     block_actions,
@@ -59,7 +57,6 @@ from tests.fakes.slack_events import (
 from tests.fakes.socket_gateway import SocketGateway
 
 __all__ = [
-    "BoltServer",
     "Call",
     "FakeSlack",
     "SignedResponse",
@@ -93,7 +90,6 @@ JSON_FIELDS = (
     "prompts",
     "loading_messages",
     "chunks",
-    "users",
 )
 
 
@@ -130,9 +126,6 @@ class SlackError(Exception):
         return body
 
 
-MethodHandler = Callable[[dict[str, Any]], dict[str, Any]]
-
-
 def _flag(value: Any) -> bool:
     if isinstance(value, str):
         return value.lower() in ("1", "true", "yes")
@@ -145,24 +138,11 @@ def _require(args: Mapping[str, Any], *names: str, error: str = "invalid_argumen
         raise SlackError(error, [f"[ERROR] missing required field: {name}" for name in missing])
 
 
-def _page(items: list[dict[str, Any]], args: Mapping[str, Any], default: int) -> dict[str, Any]:
-    start = int(args.get("cursor") or 0)
-    limit = int(args.get("limit") or default) or default
-    chunk = items[start : start + limit]
-    has_more = start + limit < len(items)
-    return {
-        "messages": chunk,
-        "has_more": has_more,
-        "response_metadata": {"next_cursor": str(start + limit) if has_more else ""},
-    }
-
-
 class FakeSlack(FakeServer[Call]):
     """Slack's Web API on 127.0.0.1; `url` is the `base_url` for WebClient.
 
     tokens: accepted tokens (default: any `xoxb-`/`xoxp-` token, and `xapp-` app-level
-    tokens, which only `apps.connections.open` takes). users: user id -> fields merged into
-    users.info answers (unknown U/W ids get a plausible user). usergroups: [{"id",
+    tokens, which only `apps.connections.open` takes). usergroups: [{"id",
     "handle", "name", "users": [...]}]. gateway: the Socket Mode gateway whose URLs
     `apps.connections.open` hands out (default: one FakeSlack starts on first use and
     stops with itself).
@@ -172,7 +152,6 @@ class FakeSlack(FakeServer[Call]):
         self,
         *,
         tokens: Iterable[str] | None = None,
-        users: Mapping[str, Mapping[str, Any]] | None = None,
         usergroups: Sequence[Mapping[str, Any]] = (),
         team_id: str = TEAM_ID,
         bot_user_id: str = BOT_USER_ID,
@@ -188,17 +167,13 @@ class FakeSlack(FakeServer[Call]):
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.app_id = app_id
-        self._users: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (users or {}).items()}
         self._usergroups: list[dict[str, Any]] = [dict(group) for group in usergroups]
         self._channels: dict[str, list[dict[str, Any]]] = {}
-        self._ephemeral: dict[str, list[dict[str, Any]]] = {}
         self._views: dict[str, dict[str, Any]] = {}
-        self._home: dict[str, dict[str, Any]] = {}
+        self._home: dict[str, dict[str, Any]] = {}  # user id -> App Home view
         self._assistant: dict[tuple[str, str], dict[str, Any]] = {}
         self._rate_limits: dict[str, list[int]] = {}
         self._failures: dict[str, list[SlackError]] = {}
-        self._delays: dict[str, float] = {}
-        self._overrides: dict[str, MethodHandler] = {}
         self._view_ids = itertools.count(1)
         self._first_text: dict[str, float] = {}  # message ts -> when it first showed text
 
@@ -238,32 +213,18 @@ class FakeSlack(FakeServer[Call]):
                 SlackError(error, **extra) for _ in range(times)
             )
 
-    def set_delay(self, method: str, seconds: float) -> None:
-        """Every call of `method` waits `seconds` before it is handled (0 to clear)."""
-        with self._cond:
-            self._delays[method] = seconds
-
-    def on(self, method: str, handler: MethodHandler) -> None:
-        """Add or replace a method: handler(args) -> response fields (without "ok"); raise
-        SlackError for an error answer. Runs under the fake's lock."""
-        with self._cond:
-            self._overrides[method] = handler
-
     def reset(self) -> None:
-        """Forget calls, messages, views, assistant-thread state and every knob (the users
-        and usergroups given to the constructor stay)."""
+        """Forget calls, messages, views, assistant-thread state and every knob (the
+        usergroups stay)."""
         with self._cond:
             self._records.clear()
             for state in (
                 self._channels,
-                self._ephemeral,
                 self._views,
                 self._home,
                 self._assistant,
                 self._rate_limits,
                 self._failures,
-                self._delays,
-                self._overrides,
             ):
                 state.clear()
 
@@ -284,22 +245,6 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             stored = self._store(channel, message, ts=ts or next_ts(), thread_ts=thread_ts)
         return str(stored["ts"])
-
-    def add_event(self, event: Mapping[str, Any]) -> str:
-        """Store the message carried by an app_mention/message event (see the builders)."""
-        extra = {k: v for k, v in event.items() if k in ("blocks", "files", "bot_id")}
-        return self.add_message(
-            str(event["channel"]),
-            str(event.get("text", "")),
-            user=str(event.get("user", DEFAULT_USER)),
-            ts=str(event["ts"]),
-            thread_ts=event.get("thread_ts"),
-            **extra,
-        )
-
-    def add_user(self, user_id: str, **fields: Any) -> None:
-        with self._cond:
-            self._users.setdefault(user_id, {}).update(fields)
 
     def add_usergroup(
         self, group_id: str, handle: str, users: Sequence[str], **fields: Any
@@ -341,19 +286,9 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             return copy.deepcopy(self._thread_messages(channel, thread_ts))
 
-    def ephemeral_messages(self, channel: str) -> list[dict[str, Any]]:
-        with self._cond:
-            return copy.deepcopy(self._ephemeral.get(channel, []))
-
     def view(self, view_id: str) -> dict[str, Any] | None:
         with self._cond:
             found = self._views.get(view_id)
-            return copy.deepcopy(found) if found else None
-
-    def home(self, user_id: str) -> dict[str, Any] | None:
-        """The App Home view last published for `user_id`."""
-        with self._cond:
-            found = self._home.get(user_id)
             return copy.deepcopy(found) if found else None
 
     def first_text_at(self, ts: str) -> float | None:
@@ -418,9 +353,6 @@ class FakeSlack(FakeServer[Call]):
             if isinstance(value, str) and value[:1] in ("[", "{"):
                 with contextlib.suppress(ValueError):
                     args[name] = json.loads(value)
-        delay = self._delays.get(method, 0.0)
-        if delay and not self.pause(delay):
-            return 503, {"ok": False, "error": "service_unavailable"}, {}
         with self._cond:
             status, payload, extra = self._answer(method, args, token)
             self._records.append(Call(method, args, headers))
@@ -443,17 +375,11 @@ class FakeSlack(FakeServer[Call]):
         failures = self._failures.get(method)
         if failures:
             return 200, failures.pop(0).payload(), {}
-        handler = self._overrides.get(method)
-        if handler is None:
-            implementation = _METHODS.get(method)
-            if implementation is None:
-                return 200, {"ok": False, "error": "unknown_method"}, {}
-            try:
-                return 200, {"ok": True, **implementation(self, args, token)}, {}
-            except SlackError as exc:
-                return 200, exc.payload(), {}
+        implementation = _METHODS.get(method)
+        if implementation is None:
+            return 200, {"ok": False, "error": "unknown_method"}, {}
         try:
-            return 200, {"ok": True, **handler(args)}, {}
+            return 200, {"ok": True, **implementation(self, args, token)}, {}
         except SlackError as exc:
             return 200, exc.payload(), {}
 
@@ -550,29 +476,6 @@ class FakeSlack(FakeServer[Call]):
         }
         self._views[view_id] = stored
         return stored
-
-    def _user(self, user_id: str) -> dict[str, Any] | None:
-        known = self._users.get(user_id)
-        if known is None and user_id[:1] not in ("U", "W"):
-            return None
-        user: dict[str, Any] = {
-            "id": user_id,
-            "team_id": self.team_id,
-            "name": user_id.lower(),
-            "real_name": f"User {user_id}",
-            "deleted": False,
-            "is_bot": user_id == self.bot_user_id,
-            "is_admin": False,
-            "tz": "Europe/London",
-            "tz_offset": 0,
-            "profile": {
-                "real_name": f"User {user_id}",
-                "display_name": user_id.lower(),
-                "email": f"{user_id.lower()}@example.com",
-            },
-        }
-        user.update(copy.deepcopy(known or {}))
-        return user
 
 
 # ---------------------------------------------------------------------------------------
@@ -696,11 +599,7 @@ def _chat_post_ephemeral(fake: FakeSlack, args: dict[str, Any], token: str) -> d
     if not args.get("text") and not args.get("blocks") and not args.get("attachments"):
         raise SlackError("no_text")
     _check_message_blocks(args)
-    message = {**fake._bot_message(args), "ts": next_ts(), "to_user": args["user"]}
-    if args.get("thread_ts"):
-        message["thread_ts"] = args["thread_ts"]
-    fake._ephemeral.setdefault(str(args["channel"]), []).append(message)
-    return {"message_ts": message["ts"]}
+    return {"message_ts": next_ts()}
 
 
 @_method("chat.delete")
@@ -779,71 +678,6 @@ def _chat_stop_stream(fake: FakeSlack, args: dict[str, Any], token: str) -> dict
     message["streaming"] = False
     fake._note_text(message)
     return {"channel": args["channel"], "ts": message["ts"], "message": copy.deepcopy(message)}
-
-
-@_method("conversations.replies")
-def _conversations_replies(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", "ts")
-    channel, ts = str(args["channel"]), str(args["ts"])
-    if channel not in fake._channels:
-        raise SlackError("channel_not_found")
-    message = fake._find(channel, ts)
-    if message is None:
-        raise SlackError("thread_not_found")
-    if message.get("thread_ts") not in (None, ts):
-        return _page([copy.deepcopy(message)], args, 1000)
-    return _page(copy.deepcopy(fake._thread_messages(channel, ts)), args, 1000)
-
-
-@_method("conversations.history")
-def _conversations_history(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", error="channel_not_found")
-    channel = str(args["channel"])
-    if channel not in fake._channels:
-        raise SlackError("channel_not_found")
-    inclusive = _flag(args.get("inclusive"))
-    oldest = _ts_key(str(args.get("oldest") or "0"))
-    latest = _ts_key(str(args["latest"])) if args.get("latest") else None
-
-    def in_range(message: Mapping[str, Any]) -> bool:
-        key = _ts_key(str(message["ts"]))
-        above = key >= oldest if inclusive else key > oldest
-        below = latest is None or (key <= latest if inclusive else key < latest)
-        return above and below
-
-    top_level = [
-        copy.deepcopy(m)
-        for m in reversed(fake._channels[channel])
-        if m.get("thread_ts") in (None, m["ts"]) and in_range(m)
-    ]
-    return _page(top_level, args, 100)
-
-
-@_method("conversations.open")
-def _conversations_open(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    users = args.get("users") or args.get("channel")
-    if not users:
-        raise SlackError("users_list_not_supplied")
-    ids = users if isinstance(users, list) else str(users).split(",")
-    digest = hashlib.sha256(",".join(sorted(str(i) for i in ids)).encode()).hexdigest()
-    channel_id = "D" + digest[:10].upper()
-    return {"channel": {"id": channel_id, "is_im": len(ids) == 1}}
-
-
-@_method("conversations.info")
-def _conversations_info(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", error="channel_not_found")
-    channel = str(args["channel"])
-    return {
-        "channel": {
-            "id": channel,
-            "name": channel.lower(),
-            "is_channel": channel.startswith("C"),
-            "is_private": channel.startswith("G"),
-            "is_im": channel.startswith("D"),
-            "is_member": True,
-        }
-    }
 
 
 @_method("views.open")
@@ -969,36 +803,6 @@ def _usergroups_users_list(fake: FakeSlack, args: dict[str, Any], token: str) ->
         if group["id"] == args["usergroup"]:
             return {"users": list(group.get("users", []))}
     raise SlackError("no_such_subteam")
-
-
-@_method("users.info")
-def _users_info(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "user", error="user_not_found")
-    user = fake._user(str(args["user"]))
-    if user is None:
-        raise SlackError("user_not_found")
-    return {"user": user}
-
-
-@_method("reactions.add")
-def _reactions_add(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
-    _require(args, "channel", "timestamp")
-    if not args.get("name"):
-        raise SlackError("invalid_name")
-    message = fake._find(str(args["channel"]), str(args["timestamp"]))
-    if message is None:
-        raise SlackError("message_not_found")
-    name = str(args["name"]).strip(":")
-    reactions: list[dict[str, Any]] = message.setdefault("reactions", [])
-    reaction = next((r for r in reactions if r["name"] == name), None)
-    if reaction is None:
-        reaction = {"name": name, "users": [], "count": 0}
-        reactions.append(reaction)
-    if fake.bot_user_id in reaction["users"]:
-        raise SlackError("already_reacted")
-    reaction["users"].append(fake.bot_user_id)
-    reaction["count"] += 1
-    return {}
 
 
 class _SlackHandler(QuietHandler):
