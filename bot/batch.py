@@ -148,7 +148,7 @@ def on_decide_all(
         if not sb.may_decide(request, who.user, roles):
             refused.append(request)
             continue
-        outcome = decide(sb, request.id, who, approve=approve)
+        outcome = decide(sb, request.id, who, approve=approve, roles=roles)
         if outcome.result == service.DecisionResult.DECIDED and outcome.request is not None:
             decided.append(outcome.request)
     log.info("batch_decided", batch=batch_id, user=who.user, decided=len(decided))

@@ -197,14 +197,16 @@ def decide(
     reason: str = "",
     edited_args: dict[str, Any] | None = None,
     instructions: str = "",
+    roles: frozenset[str] | None = None,
 ) -> service.DecisionOutcome:
     """service.decide, with the check only Slack knows of: an external person (Slack
-    Connect) decides only with an approver role they hold by name."""
+    Connect) decides only with an approver role they hold by name. `roles`: the decider's,
+    when the caller has them already (asked of Slack once for several decisions)."""
     return service.decide(
         sb.rt,
         approval_id,
         decider_id=who.user,
-        decider_roles=who.roles(sb.identity),
+        decider_roles=who.roles(sb.identity) if roles is None else roles,
         approve=approve,
         reason=reason,
         edited_args=edited_args,
@@ -236,7 +238,10 @@ def after_decision(
     else:
         sb.surface.show_outcome(request, also=who.card)
     if who.in_home:
-        publish_home(sb, client, who.user, who.team, page=who.home_page)
+        try:
+            publish_home(sb, client, who.user, who.team, page=who.home_page)
+        except RolesUnavailable:  # the decision stands; App Home is redrawn when next opened
+            log.warning("home_not_redrawn", user=who.user)
 
 
 def publish_home(sb: Bot, client: WebClient, user_id: str, team: str, page: int = 0) -> None:
