@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import os
 import signal
@@ -24,7 +23,6 @@ from switchboard.settings import Config, data_dir
 from switchboard.supervise import STOP_SIGNALS, Supervisor, watch_lifeline
 from switchboard.wiring import open_runtime
 from tools.exceptions import OperatorError
-from worker.run import RunStatus
 from worker.runtime import Runtime
 
 DESCRIPTION = """\
@@ -53,11 +51,6 @@ examples:
 
 # Recognized anywhere on the command line (before a bare `--`), by every verb.
 GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "-v": "verbose"}
-OPERATOR_ROLE = "__operator__"
-
-
-class CliError(OperatorError):
-    """A problem the operator can fix; printed without a traceback."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,23 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="the Slack user id to act as (default console:$USER)")
     p.set_defaults(log_level=logging.ERROR)  # nothing but the conversation on the terminal
 
-    runs = verb("runs", "inspect runs", lambda c, a: _usage(runs))
-    run_verbs = runs.add_subparsers(title="runs commands", metavar="ACTION")
-    p = run_verbs.add_parser("list", help="recent runs, newest first")
-    p.set_defaults(handler=cmd_runs_list)
-    p.add_argument("--user", help="only this user's runs")
-    p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs in this state")
-    p.add_argument("--limit", type=int, default=20)
-    p = run_verbs.add_parser("show", help="a run's whole trajectory")
-    p.set_defaults(handler=cmd_runs_show)
-    p.add_argument("run_id")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p = run_verbs.add_parser("cancel", help="cancel a run (as an operator)")
-    p.set_defaults(handler=cmd_runs_cancel)
-    p.add_argument("run_id")
+    from switchboard import approvals_cli, demos_cli, eval_cli, runs_cli, tools_cli
 
-    from switchboard import approvals_cli, demos_cli, eval_cli, tools_cli
-
+    runs_cli.add_command(verbs)
     approvals_cli.add_command(verbs)
     demos_cli.add_commands(verbs)
     tools_cli.add_command(verbs)
@@ -399,55 +378,6 @@ def cmd_dev(config: Config, args: argparse.Namespace) -> int:
     env = child_env(rt, config)
     guard = WorkerGuard(rt, env, log_dir=_log_dir(args), count=workers, always=True)
     return _console(Console(rt, workers=guard), guard)
-
-
-def cmd_runs_list(config: Config, args: argparse.Namespace) -> int:
-    from switchboard.render import run_line
-
-    rt = open_runtime(config)
-    status = RunStatus(args.status) if args.status else None
-    runs = rt.store.recent(user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
-    if not runs:
-        print("no runs")
-    for run in runs:
-        print(run_line(run))
-    return 0
-
-
-def cmd_runs_show(config: Config, args: argparse.Namespace) -> int:
-    from switchboard.render import run_json, trajectory
-
-    rt = open_runtime(config)
-    run = rt.store.find(args.run_id)
-    if run is None:
-        raise CliError(f"no run {args.run_id!r} (runs are kept {config.retention_days:g} days)")
-    events = rt.events.read(run.id)
-    print(run_json(run, events) if args.json else trajectory(run, events))
-    return 0
-
-
-def cmd_runs_cancel(config: Config, args: argparse.Namespace) -> int:
-    from worker import service
-
-    rt = as_operator(open_runtime(config))
-    operator = f"cli:{os.environ.get('USER', 'operator')}"
-    run = rt.store.find(args.run_id)
-    if run is None:
-        raise CliError(f"no run {args.run_id!r}")
-    result = service.cancel(rt, run.id, by=operator, roles=frozenset({OPERATOR_ROLE}))
-    print(f"{run.id}: {result.value}")
-    return 0 if result == service.CancelResult.CANCELLING else 1
-
-
-def as_operator(rt: Runtime) -> Runtime:
-    """The runtime as the shell operator sees it: an admin, whether or not the policy names
-    any (whoever runs the CLI against this Redis could read and change it anyway). The
-    policy's own admins are unchanged; only this process's view adds the operator."""
-    policy = copy.copy(rt.policy)
-    policy.admins = (*rt.policy.admins, OPERATOR_ROLE)
-    view = copy.copy(rt)
-    view.policy = policy
-    return view
 
 
 def _missing_slack(config: Config, *, http: bool) -> list[str]:

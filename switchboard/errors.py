@@ -34,6 +34,10 @@ HINTS = {
 _SECRET_PARTS = ("TOKEN", "SECRET", "KEY", "PASSWORD")
 
 
+class CliError(OperatorError):
+    """A problem the operator can fix; printed without a traceback."""
+
+
 class ConfigError(OperatorError):
     """One configuration problem: what is wrong, where, and how to fix it."""
 

@@ -5,6 +5,10 @@ tool, a hash of the request and the stored result are written in the same
 transaction as the effect, so a retried call returns the first result and
 never repeats the effect. Every real effect is also recorded in an
 `executions` table, which lets tests prove a write ran exactly once.
+
+Why ~500 lines in one module: it is the sample an operator copies to write a stateful,
+idempotent tool, so the store, its idempotency and the tools that use them read together,
+top to bottom.
 """
 
 from __future__ import annotations
