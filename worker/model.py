@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
+import httpx2
 import openai
 import structlog
 
@@ -151,11 +151,11 @@ class ModelClient:
                             raise ModelError(
                                 f"the model did not answer within {timeout:.0f} s", timed_out=True
                             )
-            except (httpx.TimeoutException, openai.APITimeoutError) as exc:
+            except (httpx2.TimeoutException, openai.APITimeoutError) as exc:
                 raise ModelError(
                     f"the model did not answer within {timeout:.0f} s", timed_out=True
                 ) from exc
-            except (httpx.TransportError, openai.APIConnectionError) as exc:
+            except (httpx2.TransportError, openai.APIConnectionError) as exc:
                 if attempt >= self.client.max_retries:
                     raise ModelError("the model's streamed reply broke off") from exc
                 log.warning("model_stream_retry", attempt=attempt + 1, error=type(exc).__name__)
