@@ -32,7 +32,7 @@ from bot.blocks import (
     outcome_text,
     section,
 )
-from bot.listeners.base import Bot, decide, tell
+from bot.listeners.base import Bot, boundary, decide, tell
 from bot.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
 from bot.payloads import Clicked
 from worker import service
@@ -123,6 +123,7 @@ def batch_card(
     return Message(text=text, blocks=blocks)
 
 
+@boundary
 def on_decide_all(
     ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:

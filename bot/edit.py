@@ -30,6 +30,7 @@ from bot.blocks import EDIT_MODAL, context, is_high_risk, outcome_text, section
 from bot.listeners.base import (
     Bot,
     after_decision,
+    boundary,
     clicked_request,
     decide,
     may_not_decide,
@@ -328,6 +329,7 @@ def edit_metadata(who: Clicked, request: ApprovalRequest) -> str:
     return json.dumps(data)
 
 
+@boundary
 def on_edit(
     ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
@@ -347,6 +349,7 @@ def on_edit(
     client.views_open(trigger_id=who.trigger_id, view=view)
 
 
+@boundary
 def on_edit_submitted(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], client: WebClient, sb: Bot
 ) -> None:
