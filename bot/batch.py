@@ -32,10 +32,10 @@ from bot.blocks import (
     outcome_text,
     section,
 )
-from bot.listeners.base import Bot, boundary, decide, tell
+from bot.listeners.base import Bot, boundary, tell
 from bot.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
 from bot.payloads import Clicked
-from worker import service
+from worker.service.decisions import decide_batch
 
 log = structlog.get_logger(__name__)
 
@@ -136,27 +136,18 @@ def on_decide_all(
     if batch_id is None or who is None:
         log.warning("batch_click_rejected")
         return
-    requests = sb.rt.approvals.batch(batch_id)
-    if not requests:
+    outcome = decide_batch(
+        sb.rt,
+        batch_id,
+        decider_id=who.user,
+        decider_roles=who.roles(sb.identity),
+        approve=action.get("action_id") == APPROVE_ALL,
+    )
+    if not outcome.found:
         tell(client, who, m.APPROVAL_NOT_FOUND)
-        return
-    approve = action.get("action_id") == APPROVE_ALL
-    roles = who.roles(sb.identity)
-    decided, refused = [], []
-    for request in requests:
-        if request.decided:
-            continue
-        if not sb.may_decide(request, who.user, roles):
-            refused.append(request)
-            continue
-        outcome = decide(sb, request.id, who, approve=approve, roles=roles)
-        if outcome.result == service.DecisionResult.DECIDED and outcome.request is not None:
-            decided.append(outcome.request)
-    log.info("batch_decided", batch=batch_id, user=who.user, decided=len(decided))
-    if refused:
-        approvers = escape(sb.rt.policy.approvers_text(refused[0].tool))
-        tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
-    elif not decided:
+    elif outcome.refused:
+        tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=escape(outcome.approvers)))
+    elif not outcome.decided:
         tell(client, who, m.BATCH_NOTHING_LEFT)
-    if decided:
-        sb.surface.show_outcome(decided[-1], also=who.card)
+    if outcome.decided:
+        sb.surface.show_outcome(outcome.decided[-1], also=who.card)

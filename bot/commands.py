@@ -12,6 +12,7 @@ from bot.mrkdwn import escape, mention
 from bot.views import runs_blocks
 from worker.run import RunStatus
 from worker.runtime import Runtime
+from worker.service import runs
 
 MAX_TEXT = 200
 _USER = re.compile(r"<@([UW][A-Z0-9]{1,20})(?:\|[^>]*)?>|([UW][A-Z0-9]{1,20})")
@@ -71,7 +72,7 @@ def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> li
     if scope in ("all", "user") and not admin:
         scope, note = "mine", m.RUNS_ADMIN_ONLY
     filter_user = {"mine": user_id, "user": who, "all": None}[scope]
-    runs = rt.store.recent(user_id=filter_user, status=command.status, limit=20)
+    found = runs.recent(rt, user_id=filter_user, status=command.status, limit=20)
     if scope == "mine":
         title = m.RUNS_SCOPE_MINE
     elif scope == "all":
@@ -82,4 +83,4 @@ def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> li
         title = m.RUNS_SCOPE_STATUS.format(
             scope=title, status=m.STATUS_WORDS.get(command.status.value, command.status.value)
         )
-    return runs_blocks(m.RUNS_HEADER.format(scope=title), runs, note)
+    return runs_blocks(m.RUNS_HEADER.format(scope=title), found, note)

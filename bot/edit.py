@@ -26,13 +26,13 @@ from approvals import ApprovalRequest
 from approvals.edits import EditRefused
 from bot import ids
 from bot import messages as m
-from bot.blocks import EDIT_MODAL, context, is_high_risk, outcome_text, section
+from bot.blocks import EDIT_MODAL, context, outcome_text, section
+from bot.listeners import base
 from bot.listeners.base import (
     Bot,
     after_decision,
     boundary,
     clicked_request,
-    decide,
     may_not_decide,
     tell,
 )
@@ -42,9 +42,8 @@ from bot.views import modal
 from tools.decode import MAX_ARGUMENT_BYTES, canonical_json, parse_arguments
 from tools.exceptions import ArgumentError
 from tools.registry import Tool
-from worker import service
-from worker.events import EventKind
 from worker.roles import RolesUnavailable
+from worker.service import approvals, decisions
 
 log = structlog.get_logger(__name__)
 
@@ -340,12 +339,11 @@ def on_edit(
     who, request = found
     if may_not_decide(client, who, request, sb):
         return
-    tool = sb.rt.registry.get(request.tool)
-    if tool is None:
+    facts = approvals.facts(sb.rt, request)
+    if facts.tool is None:
         tell(client, who, m.EDIT_TOOL_GONE.format(tool=escape(request.tool)))
         return
-    high_risk = is_high_risk(sb.rt.policy, request.tool)
-    view = edit_modal(request, tool, edit_metadata(who, request), high_risk=high_risk)
+    view = edit_modal(request, facts.tool, edit_metadata(who, request), high_risk=facts.high_risk)
     client.views_open(trigger_id=who.trigger_id, view=view)
 
 
@@ -357,9 +355,10 @@ def on_edit_submitted(
     meta = read_metadata(view.get("private_metadata"))
     approval_id = ids.shaped(ids.APPROVAL, meta.get("approval_id"))
     user = ids.shaped(ids.USER, dig(body, "user", "id"))
-    request = sb.rt.approvals.find(approval_id) if approval_id else None
-    tool = sb.rt.registry.get(request.tool) if request is not None else None
-    if user is None or request is None or tool is None:
+    request = approvals.find(sb.rt, approval_id) if approval_id else None
+    facts = approvals.facts(sb.rt, request) if request is not None else None
+    tool = facts.tool if facts is not None else None
+    if user is None or request is None or facts is None or tool is None:
         log.warning("edit_submission_rejected", approval_id=approval_id)
         ack(response_action="errors", errors={"a0": m.APPROVAL_NOT_FOUND[:150]})
         return
@@ -369,37 +368,36 @@ def on_edit_submitted(
         roles = sb.identity.roles(user, team, wait=MODAL_ROLES_WAIT)
     except RolesUnavailable:  # answered in the modal: the ack must come within 3 s
         roles = None
+    refusal = (
+        None
+        if roles is None
+        else decisions.edit_refusal(sb.rt, request, user, roles, meta.get("binding"))
+    )
     problem = ""
     if roles is None:
         problem = m.ROLES_UNAVAILABLE
-    elif request.decided:
+    elif refusal == decisions.EditRefusal.ALREADY_DECIDED:
         problem = m.ALREADY_DECIDED.format(outcome=outcome_text(request))
-    elif meta.get("binding") != request.binding:
+    elif refusal == decisions.EditRefusal.STALE:
         problem = m.EDIT_STALE
-    elif not sb.may_decide(request, user, roles):
-        problem = m.NOT_ALLOWED_TO_DECIDE.format(
-            approvers=sb.rt.policy.approvers_text(request.tool)
-        )
+    elif refusal == decisions.EditRefusal.NOT_ALLOWED:
+        problem = m.NOT_ALLOWED_TO_DECIDE.format(approvers=facts.approvers)
     if problem:
         ack(response_action="errors", errors={first: cut(problem, 150)})
         log.info("edit_refused", approval_id=request.id, user=user, why=problem[:80])
-        sb.rt.events.append(
-            request.run_id, EventKind.EDIT_REFUSED, approval_id=request.id, by=user, why=problem
-        )
+        decisions.record_edit_refused(sb.rt, request, user, why=problem)
         return
     args, errors = read_edit(tool, request.args, dig(view, "state", "values"))
     if args is not None:
         try:
-            args = service.checked_edit(sb.rt, request, args)
+            args = decisions.checked_edit(sb.rt, request, args)
         except EditRefused as exc:
             errors = refusal_errors(tool, request.args, exc) or {first: cut(exc.message, 150)}
     if args is None or errors:
         ack(response_action="errors", errors=errors)
-        sb.rt.events.append(
-            request.run_id, EventKind.EDIT_REFUSED, approval_id=request.id, by=user, errors=errors
-        )
+        decisions.record_edit_refused(sb.rt, request, user, errors=errors)
         return
     ack()
     who = Clicked.submitted(user, team, meta)
-    outcome = decide(sb, request.id, who, approve=True, edited_args=args)
+    outcome = base.decide(sb, request.id, who, approve=True, edited_args=args)
     after_decision(sb, client, who, outcome)

@@ -23,11 +23,12 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
 from bot.installations import Home
-from tools.policy import EVERYONE, EXTERNAL, REQUESTER, Policy
+from tools.policy import EXTERNAL
 from worker.keys import Keys
 from worker.roles import RolesUnavailable
 from worker.run import Requester
 from worker.runtime import Runtime
+from worker.service import Access
 
 log = structlog.get_logger(__name__)
 
@@ -180,15 +181,13 @@ def user_groups(rt: Runtime, client: WebClient, ttl: float = GROUPS_TTL) -> User
 
 
 class Identity:
-    """Builds the Requester for a verified Slack user."""
+    """Builds the Requester for a verified Slack user: their roles (worker.service.Access)
+    from their Slack user groups and whether they come from another organization."""
 
-    def __init__(self, policy: Policy, groups: UserGroups, home: Home | None = None) -> None:
-        self.policy = policy
+    def __init__(self, rt: Runtime, groups: UserGroups, home: Home | None = None) -> None:
+        self.rt = rt
         self.groups = groups
         self.home = home
-        self.uses_groups = any(
-            member.startswith("@") for members in policy.roles.values() for member in members
-        )
 
     def roles(
         self, user_id: str, team_id: str = "", *, wait: float = WAIT_SECONDS
@@ -207,13 +206,13 @@ class Identity:
         return self._roles(requester.user_id, EXTERNAL in requester.roles, WAIT_SECONDS)
 
     def _roles(self, user_id: str, external: bool, wait: float) -> frozenset[str]:
-        if external:
-            named = self.policy.roles_for(user_id) - {EVERYONE}
-            return frozenset({EXTERNAL, *named})
+        access = Access.of(self.rt)
+        if external:  # only what the policy names them for: no user groups of ours
+            return access.roles(user_id, external=True)
         handles: Iterable[str] = (
-            self.groups.handles_of(user_id, wait=wait) if self.uses_groups else ()
+            self.groups.handles_of(user_id, wait=wait) if access.names_groups else ()
         )
-        return self.policy.roles_for(user_id, handles)
+        return access.roles(user_id, handles)
 
     def requester(self, user_id: str, team_id: str, channel_id: str) -> Requester:
         return Requester(
@@ -222,34 +221,3 @@ class Identity:
             channel_id=channel_id,
             roles=sorted(self.roles(user_id, team_id)),
         )
-
-    def may_start(self, roles: Iterable[str]) -> bool:
-        """May someone with these roles start a run? Everyone may, except external people
-        while no tool's `allow` names `external`."""
-        if EXTERNAL not in roles:
-            return True
-        names = self.policy.registry.names()
-        return any(EXTERNAL in self.policy.rule(name).allow for name in names)
-
-    def may_decide(
-        self,
-        tool: str,
-        requester_id: str,
-        decider_id: str,
-        roles: frozenset[str],
-        *,
-        escalated: bool = False,
-    ) -> bool:
-        """The policy's answer, and for an external decider an approver role they hold by
-        name: `everyone` and `requester` (self-approval) are not enough."""
-        if not self.policy.may_decide(tool, requester_id, decider_id, roles, escalated=escalated):
-            return False
-        if EXTERNAL not in roles:
-            return True
-        try:
-            rule = self.policy.rule(tool)
-        except KeyError:
-            return False
-        named = set(rule.approvers) | (set(rule.escalate_to) if escalated else set())
-        approvers = named - {EVERYONE, REQUESTER}
-        return not approvers.isdisjoint(roles - {EVERYONE})

@@ -18,39 +18,24 @@ from bot import ids
 from bot import messages as m
 from bot.identity import UserGroups
 from bot.mrkdwn import date, escape, mention
-from tools.policy import REQUESTER, Policy
 from worker.roles import RolesUnavailable
+from worker.service.approvals import Deciders
 
 log = structlog.get_logger(__name__)
 
 MAX_DMS = 50  # people told about one request, at most
 
 
-def recipients(
-    policy: Policy, groups: UserGroups, request: ApprovalRequest, *, escalated: bool
-) -> list[str]:
-    """Who to DM: the escalation roles' members when escalating, else the approvers'."""
-    try:
-        rule = policy.rule(request.tool)
-    except KeyError:
-        return []
-    roles = rule.escalate_to if escalated else rule.approvers
-    people: set[str] = set()
-    for role in roles:
-        if role == REQUESTER:
-            if rule.self_approval:
-                people.add(request.requester)
-            continue
-        for member in policy.roles.get(role, frozenset()):
-            if not member.startswith("@"):
-                people.add(member)
-                continue
-            try:
-                people |= groups.members_of(member)
-            except RolesUnavailable as exc:  # a reminder is best effort; the card stands
-                log.warning("reminder_group_unavailable", group=member, error=str(exc))
-    if not rule.self_approval:
-        people.discard(request.requester)
+def recipients(deciders: Deciders, groups: UserGroups, requester: str) -> list[str]:
+    """Who to DM: the people the policy names, and the members of its user groups."""
+    people = set(deciders.users)
+    for group in deciders.groups:
+        try:
+            people |= groups.members_of(group)
+        except RolesUnavailable as exc:  # a reminder is best effort; the card stands
+            log.warning("reminder_group_unavailable", group=group, error=str(exc))
+    if deciders.not_requester:
+        people.discard(requester)
     return sorted(p for p in people if ids.shaped(ids.USER, p))[:MAX_DMS]
 
 
@@ -69,14 +54,14 @@ def card_link(client: WebClient, request: ApprovalRequest) -> str:
 
 def remind(
     client: WebClient,
-    policy: Policy,
+    deciders: Deciders,
     groups: UserGroups,
     request: ApprovalRequest,
     *,
     escalated: bool,
 ) -> list[str]:
     """Send the DMs; returns who was told."""
-    people = recipients(policy, groups, request, escalated=escalated)
+    people = recipients(deciders, groups, request.requester)
     if not people:
         return []
     link = card_link(client, request)

@@ -82,7 +82,7 @@ def build_app(
     surface = existing if isinstance(existing, SlackSurface) else SlackSurface(client, rt)
     sb = Bot(
         rt=rt,
-        identity=Identity(rt.policy, user_groups(rt, client, groups_ttl), home),
+        identity=Identity(rt, user_groups(rt, client, groups_ttl), home),
         threads=Threads(rt.redis, rt.settings.namespace, rt.settings.retention),
         surface=surface,
         home=home,

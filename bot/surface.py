@@ -29,7 +29,6 @@ from bot.blocks import (
     Message,
     answer_messages,
     approval_card,
-    is_high_risk,
     outcome_text,
     status_final,
 )
@@ -42,6 +41,7 @@ from bot.throttle import Throttle
 from tools.registry import Tool
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
+from worker.service import approvals, runs
 
 log = structlog.get_logger(__name__)
 
@@ -156,7 +156,7 @@ class SlackSurface:
                 if self._refreshers.get(run_id) is not timer:
                     return
             try:
-                found = self.rt.store.find(run_id)
+                found = runs.find(self.rt, run_id)
             except redis.RedisError:
                 log.warning("status_refresh_skipped", run_id=run_id)
                 found = None
@@ -191,7 +191,7 @@ class SlackSurface:
         if channel:
             card = self.card(request, tool.description)
             self._post_card(request, channel, thread_ts, card)
-        elsewhere = self.rt.policy.approvals_channel
+        elsewhere = approvals.approvals_channel(self.rt)
         if elsewhere and elsewhere != channel:
             note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
             self._post_card(request, elsewhere, None, self.card(request, tool.description, note))
@@ -202,10 +202,10 @@ class SlackSurface:
         if self.gone(run):
             return
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
-        elsewhere = self.rt.policy.approvals_channel
+        elsewhere = approvals.approvals_channel(self.rt)
         for start in range(0, len(requests), ITEMS_PER_CARD):
             group = [request for request, _ in requests[start : start + ITEMS_PER_CARD]]
-            batch_id = self.rt.approvals.create_batch(group)
+            batch_id = approvals.create_batch(self.rt, group)
             if channel:
                 self._post_card(group, channel, thread_ts, self.batch(batch_id, group), batch_id)
             if elsewhere and elsewhere != channel:
@@ -216,16 +216,13 @@ class SlackSurface:
     def batch(
         self, batch_id: str, requests: list[ApprovalRequest], elsewhere: str | None = None
     ) -> Message:
+        facts = {r.tool: approvals.facts(self.rt, r) for r in requests}
         return batch_card(
             batch_id,
             requests,
             approvers=self.approvers(requests[0]),
-            high_risk={r.tool for r in requests if is_high_risk(self.rt.policy, r.tool)},
-            descriptions={
-                r.tool: tool.description
-                for r in requests
-                if (tool := self.rt.registry.get(r.tool)) is not None
-            },
+            high_risk={tool for tool, f in facts.items() if f.high_risk},
+            descriptions={tool: f.tool.description for tool, f in facts.items() if f.tool},
             elsewhere=elsewhere,
         )
 
@@ -249,7 +246,7 @@ class SlackSurface:
         if batch_id:
             where["batch"] = batch_id
         for each in requests:
-            self.rt.approvals.add_card(each.id, where)
+            approvals.add_card(self.rt, each.id, where)
 
     def card(
         self,
@@ -258,33 +255,30 @@ class SlackSurface:
         elsewhere: str | None = None,
         outcome: str | None = None,
     ) -> Message:
-        tool = self.rt.registry.get(request.tool)
-        if description is None:
-            description = tool.description if tool is not None else ""
+        facts = approvals.facts(self.rt, request)
         return approval_card(
             request,
-            description=description,
-            approvers=self.approvers(request),
-            high_risk=is_high_risk(self.rt.policy, request.tool),
+            description=facts.description if description is None else description,
+            approvers=self.approvers(request, facts),
+            high_risk=facts.high_risk,
             elsewhere=elsewhere,
             outcome=outcome,
         )
 
-    def approvers(self, request: ApprovalRequest) -> str:
+    def approvers(self, request: ApprovalRequest, facts: approvals.Facts | None = None) -> str:
         """Who may decide, in words; an escalated request names its escalation roles too."""
-        text = self.rt.policy.approvers_text(request.tool)
-        if request.escalated:
-            with contextlib.suppress(KeyError):
-                roles = self.rt.policy.rule(request.tool).escalate_to
-                text += m.CARD_ESCALATED.format(roles=", ".join("@" + r for r in roles))
-        return text
+        facts = facts or approvals.facts(self.rt, request)
+        if not facts.escalated_to:
+            return facts.approvers
+        roles = ", ".join("@" + r for r in facts.escalated_to)
+        return facts.approvers + m.CARD_ESCALATED.format(roles=roles)
 
     @never_raises
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         if self.gone(run):
             return
         reason = run.reason  # not set yet when the loop withdraws a cancelled run's requests
-        if reason is None and self.rt.store.cancel_requested_by(run.id):
+        if reason is None and runs.cancelled_by(self.rt, run.id):
             reason = EndReason.CANCELLED
         self.show_outcome(request, reason)
 
@@ -306,7 +300,7 @@ class SlackSurface:
             note = None
             if card["channel"] != request.channel_id and request.channel_id:
                 note = m.CARD_FROM_THREAD.format(channel=channel_link(request.channel_id))
-            batch = self.rt.approvals.batch(card["batch"]) if card.get("batch") else []
+            batch = approvals.batch(self.rt, card["batch"]) if card.get("batch") else []
             if batch:  # the batch card again, every item as it stands now
                 message = self.batch(card["batch"], batch, note)
             else:
@@ -325,7 +319,8 @@ class SlackSurface:
             return
         if self._groups is None:
             self._groups = user_groups(self.rt, self.client)
-        reminders.remind(self.client, self.rt.policy, self._groups, request, escalated=escalated)
+        deciders = approvals.deciders(self.rt, request, escalated=escalated)
+        reminders.remind(self.client, deciders, self._groups, request, escalated=escalated)
         if escalated:  # the cards say who may decide now
             self.show_outcome(request)
 
@@ -350,7 +345,7 @@ class SlackSurface:
             return
         cancelled_by = None
         if run.reason == EndReason.CANCELLED:
-            cancelled_by = self.rt.store.cancel_requested_by(run.id)
+            cancelled_by = runs.cancelled_by(self.rt, run.id)
         with sending or contextlib.nullcontext():
             self._final_status(run, channel, thread_ts, cancelled_by)
         messages = flag_ungrounded(answer_messages(run, cancelled_by), run)

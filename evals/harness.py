@@ -13,6 +13,7 @@ from evals.cases import Case, Expect
 from worker import jobs, service
 from worker.run import Requester, Run, RunStatus
 from worker.runtime import Runtime
+from worker.service import Access, approvals, runs
 
 MAX_ROUNDS = 12  # decisions per case before the harness gives up on it
 
@@ -57,14 +58,14 @@ def run_case(
     """One case through the pipeline; `work` drains the queue with a real worker. `profile`
     names the policy file's profile the case runs under (else the defaults)."""
     before = executions()
-    roles = sorted(rt.policy.roles_for(case.user))
+    roles = sorted(Access.of(rt).roles(case.user))
     requester = Requester(user_id=case.user, team_id="TEVAL", channel_id="CEVAL", roles=roles)
     started = time.monotonic()
     run = service.submit(rt, case.question, requester, origin={"surface": "eval"}, profile=profile)
     decisions = list(case.approvals)
     for _ in range(MAX_ROUNDS):
         work(rt)
-        run = rt.store.load(run.id)
+        run = runs.find(rt, run.id) or run
         if run.status != RunStatus.AWAITING_APPROVAL:
             break
         for approval_id in run.pending_approvals:
@@ -80,11 +81,12 @@ def decide(rt: Runtime, approval_id: str, requester: str, decision: str) -> None
     if decision == "expire":
         jobs.expire(rt, approval_id)  # what the scheduled expiry job does when it fires
         return
-    request = rt.approvals.get(approval_id)
+    access = Access.of(rt)
+    request = approvals.find(rt, approval_id)
     decider = requester
-    roles = rt.policy.roles_for(decider)
-    if not rt.policy.may_decide(request.tool, request.requester, decider, roles):
-        decider, roles = "U0EVALAPPROVER", frozenset(rt.policy.roles) | {"everyone"}
+    roles = access.roles(decider)
+    if request is not None and not access.may_decide(request, decider, roles):
+        decider, roles = "U0EVALAPPROVER", access.every_role
     approve = decision.startswith("approve")
     reason = decision.partition(":")[2].strip()
     service.decide(
@@ -100,7 +102,7 @@ def score(
     after: dict[str, int],
     seconds: float,
 ) -> CaseResult:
-    events = rt.events.read(run.id)
+    events = runs.events(rt, run.id)
     proposed = [c["name"] for e in events if e.kind == "model_call" for c in e.data["calls"]]
     executed_writes = sum(1 for e in events if e.kind == "write_started")
     approved = {

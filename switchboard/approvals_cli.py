@@ -20,6 +20,7 @@ from switchboard.wiring import open_runtime
 from tools.exceptions import OperatorError
 from worker import service
 from worker.runtime import Runtime
+from worker.service import Access, approvals
 
 
 class ApprovalNotFoundError(OperatorError):
@@ -27,11 +28,11 @@ class ApprovalNotFoundError(OperatorError):
 
 
 def add_command(verbs: Any) -> None:
-    approvals = verbs.add_parser(
+    parser = verbs.add_parser(
         "approvals", help="pending approvals: list, show, approve, reject", description=__doc__
     )
-    approvals.set_defaults(handler=lambda c, a: _help(approvals))
-    sub = approvals.add_subparsers(title="approvals commands", metavar="ACTION")
+    parser.set_defaults(handler=lambda c, a: _help(parser))
+    sub = parser.add_subparsers(title="approvals commands", metavar="ACTION")
     p = sub.add_parser("list", help="approvals waiting for a decision, oldest first")
     p.set_defaults(handler=cmd_list)
     p.add_argument("--user", help="only those this person may decide")
@@ -59,9 +60,9 @@ def _help(parser: argparse.ArgumentParser) -> int:
 def cmd_list(config: Config, args: argparse.Namespace) -> int:
     rt = open_runtime(config)
     if args.user:
-        waiting = service.pending_for(rt, args.user, rt.policy.roles_for(args.user))
+        waiting = approvals.pending_for(rt, args.user, Access.of(rt).roles(args.user))
     else:
-        waiting = rt.approvals.pending()
+        waiting = approvals.pending(rt)
     if not waiting:
         print("no approvals waiting" + (f" for {args.user}" if args.user else ""))
     for request in sorted(waiting, key=lambda r: r.created_at):
@@ -84,7 +85,7 @@ def cmd_show(config: Config, args: argparse.Namespace) -> int:
     print(f"Tool: {request.tool}, asked by {request.requester} in run {request.run_id}")
     for line in json.dumps(request.args, indent=2, ensure_ascii=False).splitlines():
         print("  " + line)
-    print(f"May decide: {rt.policy.approvers_text(request.tool)}")
+    print(f"May decide: {approvals.facts(rt, request).approvers}")
     print(f"Asked {when(request.created_at)}; expires {when(request.expires_at)}")
     if request.decided:
         reason = f": {plain(request.reason)}" if request.reason else ""
@@ -103,7 +104,7 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         rt,
         request.id,
         decider_id=user,
-        decider_roles=rt.policy.roles_for(user),
+        decider_roles=Access.of(rt).roles(user),
         approve=args.approve,
         reason=args.reason,
     )
@@ -116,7 +117,8 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         return 0
     if result == service.DecisionResult.NOT_ALLOWED:
         raise OperatorError(
-            f"{user} may not decide {request.id} ({request.tool}) (policy {rt.policy.source}); "
+            f"{user} may not decide {request.id} ({request.tool}) "
+            f"(policy {Access.of(rt).source}); "
             f"it needs {outcome.approvers}: pass --user with one of them"
         )
     if result == service.DecisionResult.ALREADY_DECIDED and outcome.request is not None:
@@ -128,7 +130,7 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
 
 
 def _find(rt: Runtime, approval_id: str) -> ApprovalRequest:
-    request = rt.approvals.find(approval_id)
+    request = approvals.find(rt, approval_id)
     if request is None:
         raise _not_found(approval_id)
     return request

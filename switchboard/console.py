@@ -25,6 +25,7 @@ from worker import service
 from worker.events import EventKind, is_run_end
 from worker.run import Requester, Run
 from worker.runtime import Runtime
+from worker.service import Access, approvals, asking, runs
 
 PROMPT = "you> "
 DECIDE_PROMPT = "approve? [y]es / [n]o [reason]: "
@@ -139,14 +140,14 @@ class Console:
 
     @property
     def roles(self) -> frozenset[str]:
-        return self.rt.policy.roles_for(self.user_id)
+        return Access.of(self.rt).roles(self.user_id)
 
     def loop(self) -> int:
         """Questions until an empty line or the end of input (0), or Ctrl-C (130)."""
         try:
             self.say("Switchboard console. Ask a question; an empty line or end of input quits.")
             self.check_workers()
-            disabled = self.rt.policy.disabled_summary()
+            disabled = asking.unavailable_note(self.rt)
             if disabled:
                 self.say(disabled)
             if not self.offer_waiting():
@@ -181,7 +182,7 @@ class Console:
     def offer_waiting(self) -> bool:
         """Approvals this person may decide, left from before: decide them now or skip.
         False when input ended."""
-        waiting = service.pending_for(self.rt, self.user_id, self.roles)
+        waiting = approvals.pending_for(self.rt, self.user_id, self.roles)
         if not waiting:
             return True
         self.say(f"{len(waiting)} approval(s) wait for you.")
@@ -190,7 +191,7 @@ class Console:
                 f"\n  Run {request.run_id}, asked by {request.requester} at "
                 f"{when(request.created_at)}:"
             )
-            after = str(self.rt.redis.llen(self.rt.events.keys.events(request.run_id)))
+            after = runs.events_so_far(self.rt, request.run_id)
             decided = self.decide(request, later=True)
             if decided is None:
                 return False
@@ -221,10 +222,10 @@ class Console:
         """Show the run's events until it ends; ask for decisions when it waits for them.
         None when input ended at a decision (the run keeps waiting for it)."""
         self.following = run_id
-        start = self.rt.store.load(run_id).created_at
+        start = self._run(run_id).created_at
         quiet_since = time.monotonic()
         while True:
-            events = self.rt.events.wait(run_id, after, block_ms=1000)
+            events = runs.wait_for_events(self.rt, run_id, after, block_ms=1000)
             if not events:
                 if time.monotonic() - quiet_since > CHECK_WORKERS_AFTER:
                     self.check_workers()
@@ -237,7 +238,7 @@ class Console:
                     self.say(line)
                 if event.kind == EventKind.SUSPENDED:  # the run waits: ask, one request at a time
                     for approval_id in event.data.get("approvals", []):
-                        request = self.rt.approvals.find(approval_id)
+                        request = approvals.find(self.rt, approval_id)
                         if request is None or request.status != ApprovalStatus.PENDING:
                             continue
                         if self.decide(request) is None:
@@ -248,10 +249,16 @@ class Console:
                             )
                             return None
                 if is_run_end(event.kind):
-                    run = self.rt.store.load(run_id)
+                    run = self._run(run_id)
                     self.show_end(run)
                     self.following = None
                     return run
+
+    def _run(self, run_id: str) -> Run:
+        run = runs.find(self.rt, run_id)
+        if run is None:  # past its retention, or another Redis
+            raise errors.CliError(f"run {run_id} is gone from Redis")
+        return run
 
     def check_workers(self) -> None:
         if self.workers is not None:
@@ -266,7 +273,7 @@ class Console:
         self.say(f"\n  Approval needed: {request.tool} ({request.id})")
         for line in json.dumps(request.args, indent=2, ensure_ascii=False).splitlines():
             self.say("    " + line)
-        approvers = self.rt.policy.approvers_text(request.tool)
+        approvers = approvals.facts(self.rt, request).approvers
         self.say(f"  May decide: {approvers}. Expires {expires}.")
         self.asking = request
         while True:

@@ -18,6 +18,7 @@ from worker.library import (
     load_file,
 )
 from worker.runtime import Runtime
+from worker.service import runs
 
 NO_SHIPPED_LIBRARY = (
     "ok: no task library file (SWITCHBOARD_DEMOS is unset, and the shipped one demonstrates "
@@ -96,7 +97,7 @@ def cmd_list(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_add(config: Config, args: argparse.Namespace) -> int:
     rt, library = _library(config)
-    run = rt.store.find(args.from_run)
+    run = runs.find(rt, args.from_run)
     if run is None:
         print(f"switchboard: no run {args.from_run!r}", file=sys.stderr)
         return 2

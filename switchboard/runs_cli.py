@@ -4,7 +4,6 @@ as the operator."""
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 from typing import Any
 
@@ -12,9 +11,7 @@ from switchboard.errors import CliError
 from switchboard.settings import Config
 from switchboard.wiring import open_runtime
 from worker.run import RunStatus
-from worker.runtime import Runtime
-
-OPERATOR_ROLE = "__operator__"
+from worker.service import runs
 
 
 def add_command(verbs: Any) -> None:
@@ -45,10 +42,10 @@ def cmd_list(config: Config, args: argparse.Namespace) -> int:
 
     rt = open_runtime(config)
     status = RunStatus(args.status) if args.status else None
-    runs = rt.store.recent(user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
-    if not runs:
+    found = runs.recent(rt, user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
+    if not found:
         print("no runs")
-    for run in runs:
+    for run in found:
         print(run_line(run))
     return 0
 
@@ -57,33 +54,22 @@ def cmd_show(config: Config, args: argparse.Namespace) -> int:
     from switchboard.render import run_json, trajectory
 
     rt = open_runtime(config)
-    run = rt.store.find(args.run_id)
+    run = runs.find(rt, args.run_id)
     if run is None:
         raise CliError(f"no run {args.run_id!r} (runs are kept {config.retention_days:g} days)")
-    events = rt.events.read(run.id)
+    events = runs.inspect(rt, run).events
     print(run_json(run, events) if args.json else trajectory(run, events))
     return 0
 
 
 def cmd_cancel(config: Config, args: argparse.Namespace) -> int:
-    from worker import service
-
-    rt = as_operator(open_runtime(config))
+    """As the shell operator, who may cancel any run: whoever runs the CLI against this
+    Redis could read and change it anyway (`runs.request_cancel`, no permission check)."""
+    rt = open_runtime(config)
     operator = f"cli:{os.environ.get('USER', 'operator')}"
-    run = rt.store.find(args.run_id)
+    run = runs.find(rt, args.run_id)
     if run is None:
         raise CliError(f"no run {args.run_id!r}")
-    result = service.cancel(rt, run.id, by=operator, roles=frozenset({OPERATOR_ROLE}))
+    result = runs.request_cancel(rt, run, by=operator)
     print(f"{run.id}: {result.value}")
-    return 0 if result == service.CancelResult.CANCELLING else 1
-
-
-def as_operator(rt: Runtime) -> Runtime:
-    """The runtime as the shell operator sees it: an admin, whether or not the policy names
-    any (whoever runs the CLI against this Redis could read and change it anyway). The
-    policy's own admins are unchanged; only this process's view adds the operator."""
-    policy = copy.copy(rt.policy)
-    policy.admins = (*rt.policy.admins, OPERATOR_ROLE)
-    view = copy.copy(rt)
-    view.policy = policy
-    return view
+    return 0 if result == runs.CancelResult.CANCELLING else 1

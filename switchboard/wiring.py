@@ -150,7 +150,7 @@ def build_runtime(
 
         client = WebClient(token=config.slack_bot_token, base_url=config.slack_api_url)
         runtime.surfaces["slack"] = SlackSurface(client, runtime)
-        runtime.roles = Identity(policy, user_groups(runtime, client)).current_roles
+        runtime.roles = Identity(runtime, user_groups(runtime, client)).current_roles
     return runtime
 
 

@@ -42,7 +42,7 @@ from tests.fakes.slack_server import (
     view_submission,
 )
 from tests.support.slack_bot import ADMIN, ALICE, BotEnv, bot_env
-from worker.service import MAX_QUESTION_CHARS
+from worker.service.asking import MAX_QUESTION_CHARS
 
 HTTP = settings(
     max_examples=75,

@@ -15,7 +15,8 @@ import pytest
 from bot import event_text as slack
 from bot import messages as m
 from switchboard import render as cli
-from worker.events import Event, EventKind, EventLog, is_run_end
+from worker.eventlog import EventLog
+from worker.events import Event, EventKind, is_run_end
 from worker.run import RunStatus
 
 START = 1000.0

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from worker import events as events_module
-from worker.events import EventKind, EventLog
+from worker import eventlog as events_module
+from worker.eventlog import EventLog
+from worker.events import EventKind
 
 
 def test_events_resume_after_the_last_id_seen(redis_conn):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tests.support.runtime import wait_until
-from worker.events import EventKind, EventLog
+from worker.eventlog import EventLog
+from worker.events import EventKind
 from worker.run import Requester, Run, RunStatus
 from worker.store import RunStore
 

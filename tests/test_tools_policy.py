@@ -6,9 +6,11 @@ from pathlib import Path
 import pytest
 
 import tools.builtin
+from tests.support.access import may_decide
 from tools.exceptions import PolicyError
 from tools.policy import Denial, Policy, ToolRule
 from tools.registry import ToolRegistry
+from worker.service import Access
 
 
 @pytest.fixture
@@ -79,8 +81,8 @@ def test_roles_for_users_and_groups(policy: Policy) -> None:
     assert policy.roles_for("U999", ["@support-team"]) == {"everyone", "support"}
     assert policy.roles_for("U999", ["Support-Team"]) == {"everyone", "support"}
     assert policy.roles_for("U999", ["@other"]) == {"everyone"}
-    assert policy.is_admin(policy.roles_for("U0ADMIN"))
-    assert not policy.is_admin(policy.roles_for("U999"))
+    assert Access(policy).may_administer(policy.roles_for("U0ADMIN"))
+    assert not Access(policy).may_administer(policy.roles_for("U999"))
 
 
 def test_allowed_tools_follow_roles_in_registry_order(
@@ -202,15 +204,15 @@ def test_may_decide_matrix(
     )
     policy = Policy.load(write(tmp_path, MATRIX_POLICY), registry)
     roles = policy.roles_for(decider)
-    assert policy.may_decide(tool, requester, decider, roles) is expected
+    assert may_decide(policy, tool, requester, decider, roles) is expected
 
 
 def test_everyone_as_approver_means_anyone_else(tmp_path: Path, registry: ToolRegistry) -> None:
     policy = Policy.load(
         write(tmp_path, "tools:\n  create_ticket: {approvers: [everyone]}\n"), registry
     )
-    assert policy.may_decide("create_ticket", "U1", "U2", set())
-    assert not policy.may_decide("create_ticket", "U1", "U1", {"everyone"})
+    assert may_decide(policy, "create_ticket", "U1", "U2", set())
+    assert not may_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
 
 
 def test_approvers_text(policy: Policy, tmp_path: Path, registry: ToolRegistry) -> None:
@@ -236,10 +238,10 @@ def test_default_policy(registry: ToolRegistry) -> None:
     assert policy.rule("create_ticket") == ToolRule(
         allow=("everyone",), approvers=("requester",), self_approval=True, high_risk=False
     )
-    assert policy.may_decide("create_ticket", "U1", "U1", {"everyone"})
-    assert not policy.may_decide("create_ticket", "U1", "U2", {"everyone"})
+    assert may_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
+    assert not may_decide(policy, "create_ticket", "U1", "U2", {"everyone"})
     assert policy.approvals_channel is None
-    assert not policy.is_admin({"everyone"})
+    assert not Access(policy).may_administer({"everyone"})
     assert policy.authorize("close_ticket", {"everyone"}, {"ticket_id": 1}) is None
 
 

@@ -190,10 +190,6 @@ class Policy:
         }
         return frozenset({EVERYONE, *held})
 
-    def is_admin(self, roles: Iterable[str]) -> bool:
-        """May someone with these roles inspect every run?"""
-        return not _with_everyone(roles).isdisjoint(self.admins)
-
     # -- profiles -------------------------------------------------------------
 
     def profile_for(self, channel_id: str) -> Profile | None:
@@ -240,7 +236,7 @@ class Policy:
 
     def allowed_tools(self, roles: Iterable[str]) -> list[str]:
         """Names of the tools these roles may call, in registry order."""
-        held = _with_everyone(roles)
+        held = held_roles(roles)
         return [
             name for name in self.registry.names() if not held.isdisjoint(self.rule(name).allow)
         ]
@@ -274,7 +270,7 @@ class Policy:
                 f"You may not call {tool_name}: the policy file grants no rule for "
                 f"{tool_name}; ask an admin to add it under `tools:`."
             )
-        if _with_everyone(roles).isdisjoint(rule.allow):
+        if held_roles(roles).isdisjoint(rule.allow):
             if not rule.allow:
                 return Denial(f"You may not call {tool_name}: it is disabled by policy.")
             return Denial(f"You may not call {tool_name}: it is limited to {_or(rule.allow)}.")
@@ -294,33 +290,6 @@ class Policy:
         return None
 
     # -- approving ------------------------------------------------------------
-
-    def may_decide(
-        self,
-        tool_name: str,
-        requester_id: str,
-        decider_id: str,
-        decider_roles: Iterable[str],
-        *,
-        escalated: bool = False,
-    ) -> bool:
-        """May `decider_id` approve or reject `requester_id`'s call of this tool?
-
-        Deciding on your own call needs 'requester' among the approvers and
-        self_approval; holding an approver role is not enough. Anyone else
-        needs one of the approver roles, or, once the request is `escalated`,
-        one of the `escalate_to` roles.
-        """
-        try:
-            rule = self.rule(tool_name)
-        except KeyError:
-            return False
-        if decider_id == requester_id:
-            return REQUESTER in rule.approvers and rule.self_approval
-        roles = set(rule.approvers) - {REQUESTER}
-        if escalated:
-            roles |= set(rule.escalate_to)
-        return not _with_everyone(decider_roles).isdisjoint(roles)
 
     def approvers_text(self, tool_name: str) -> str:
         """Who may approve, for people: "the requester or @admins"."""
@@ -359,7 +328,7 @@ class Policy:
         return f"Policy(source={self.source!r}, version={self.version!r})"
 
 
-def _with_everyone(roles: Iterable[str]) -> frozenset[str]:
+def held_roles(roles: Iterable[str]) -> frozenset[str]:
     """Everyone holds `everyone`, except people from another organisation (`external`):
     they hold only what the policy gives them by name."""
     held = frozenset(roles)

@@ -423,9 +423,8 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
     run.status, run.reason, run.detail = finish.status, finish.reason, finish.detail
     run.ended_at = time.time()
     for approval_id in run.pending_approvals:  # the surfaces see why they were withdrawn
-        decision = rt.approvals.withdraw(approval_id, finish.detail or "the run ended")
+        decision = rt.withdraw(approval_id, finish.detail or "the run ended")
         if decision.won:
-            rt.cancel_expiry(approval_id)
             rt.surface(run).approval_resolved(run, decision.request)
     if run.answer and run.notes:
         run.answer += "\n\n" + "\n".join(f"_Note: {note}_" for note in run.notes)

@@ -14,10 +14,11 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from approvals import ApprovalStore, ExecutionLedger
+from approvals.store import Decision
 from tools.policy import Policy
 from tools.registry import ToolRegistry
 from worker.budgets import PriceTable
-from worker.events import EventLog
+from worker.eventlog import EventLog
 from worker.lease import LeaseKeeper
 from worker.library import Selector
 from worker.limits import Limits, PersonLimits
@@ -127,6 +128,14 @@ class Runtime:
         job = self.queue.fetch_job(self.expiry_job_id(approval_id))
         if job is not None:
             job.delete()
+
+    def withdraw(self, approval_id: str, reason: str) -> Decision:
+        """Withdraw a pending request (its run ended, or its workspace went away) and drop
+        its expiry job. `won` is False when it was decided first."""
+        decision = self.approvals.withdraw(approval_id, reason)
+        if decision.won:
+            self.cancel_expiry(approval_id)
+        return decision
 
     def require_model(self, name: str = "") -> Model:
         """The configured model; with `name` (a profile's model), the same client and server

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import redis
 
 from approvals import WAKE_LUA
-from worker.events import MAX_EVENTS_PER_RUN
+from worker.eventlog import MAX_EVENTS_PER_RUN
 from worker.keys import Keys
 from worker.run import Run, RunSchemaError, RunStatus
 

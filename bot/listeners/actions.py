@@ -39,6 +39,7 @@ from bot.payloads import Clicked, dig, page_number, read_metadata, user_team
 from bot.views import args_modal, reject_modal, run_modal
 from worker import service
 from worker.run import Run
+from worker.service import runs
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +107,7 @@ def on_show_args(
     if found is None:
         return
     who, request = found
-    if not sb.may_see_args(request, who.user, who.roles(sb.identity)):
+    if not sb.access.may_see_args(request, who.user, who.roles(sb.identity)):
         tell(client, who, m.ARGS_NOT_YOURS)
         return
     client.views_open(trigger_id=who.trigger_id, view=args_modal(request))
@@ -152,16 +153,16 @@ def on_view_run(
 
 def show_run(sb: Bot, client: WebClient, run_id: str, user: str, team: str, trigger_id: str) -> str:
     """Open the trajectory modal; returns what to say instead when the user may not see it."""
-    run = sb.rt.store.find(run_id)
+    run = runs.find(sb.rt, run_id)
     if run is None:
         return m.RUN_NOT_FOUND.format(run_id=run_id)
     roles = sb.identity.roles(user, team)
-    if not sb.may_inspect(run, user, roles):
+    if not sb.access.may_inspect(run, user, roles):
         return m.RUN_NOT_YOURS.format(run_id=run_id)
     if not trigger_id:
         log.warning("run_modal_without_trigger", run_id=run_id)
         return ""
-    offer_save, note = demos.offer(sb.rt, run) if sb.is_admin(roles) else (False, "")
+    offer_save, note = demos.offer(sb.rt, run) if sb.access.may_administer(roles) else (False, "")
     client.views_open(
         trigger_id=trigger_id, view=inspected(sb, run, offer_save=offer_save, note=note)
     )
@@ -169,9 +170,8 @@ def show_run(sb: Bot, client: WebClient, run_id: str, user: str, team: str, trig
 
 
 def inspected(sb: Bot, run: Run, *, offer_save: bool = False, note: str = "") -> dict[str, Any]:
-    cancelled_by = sb.rt.store.cancel_requested_by(run.id)
-    events = sb.rt.events.read(run.id)
-    return run_modal(run, events, cancelled_by, offer_save=offer_save, note=note)
+    seen = runs.inspect(sb.rt, run)
+    return run_modal(run, seen.events, seen.cancelled_by, offer_save=offer_save, note=note)
 
 
 @boundary
@@ -184,11 +184,11 @@ def on_save_demo(
     if found is None:
         return
     who, run_id = found
-    if not sb.is_admin(who.roles(sb.identity)):
+    if not sb.access.may_administer(who.roles(sb.identity)):
         log.warning("demo_save_refused", user=who.user, run_id=run_id)
         tell(client, who, m.DEMO_ADMINS_ONLY)
         return
-    run = sb.rt.store.find(run_id)
+    run = runs.find(sb.rt, run_id)
     if run is None:
         tell(client, who, m.RUN_NOT_FOUND.format(run_id=run_id))
         return

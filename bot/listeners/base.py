@@ -3,16 +3,17 @@ the click prelude of every button (`clicked`, `clicked_request`), answering the 
 clicked (`tell`), deciding a request (`decide`, `after_decision`) and the App Home
 (`publish_home`). `bot.edit` and `bot.batch` use these too.
 
-Who may do what is asked of `Bot` (`may_decide`, `may_see_args`, ...): the service layer's
-checks (`worker.service`) with the rule only Slack knows (`bot.identity`: an external
-person decides only with an approver role they hold by name). No listener checks inline.
+Who may do what is asked of `Bot.access` (worker.service.Access, where every check is
+defined once, the rule for people outside the workspace included). No listener checks
+inline, and none touches the runtime's stores: they call the use-case layer
+(worker.service).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -34,8 +35,8 @@ from bot.threads import Threads
 from bot.views import modal
 from worker import service
 from worker.roles import RolesUnavailable
-from worker.run import Run
 from worker.runtime import Runtime
+from worker.service import Access, approvals
 
 if TYPE_CHECKING:  # bot.surface imports bot.batch, which imports this module
     from bot.surface import SlackSurface
@@ -54,25 +55,10 @@ class Bot:
     home: Home
     installations: Installations
 
-    # -- who may do what ---------------------------------------------------------------------
-
-    def may_start(self, roles: Iterable[str]) -> bool:
-        return self.identity.may_start(roles)
-
-    def may_decide(self, request: ApprovalRequest, user: str, roles: frozenset[str]) -> bool:
-        """`service.may_decide`, and for an external person an approver role held by name."""
-        return self.identity.may_decide(
-            request.tool, request.requester, user, roles, escalated=request.escalated
-        )
-
-    def may_see_args(self, request: ApprovalRequest, user: str, roles: frozenset[str]) -> bool:
-        return service.may_see_args(self.rt, request, user, roles, decides=self.may_decide)
-
-    def may_inspect(self, run: Run, user: str, roles: frozenset[str]) -> bool:
-        return service.may_inspect(self.rt, run, user, roles)
-
-    def is_admin(self, roles: frozenset[str]) -> bool:
-        return service.is_admin(self.rt, roles)
+    @property
+    def access(self) -> Access:
+        """Who may do what, by the policy as it is now."""
+        return Access.of(self.rt)
 
 
 def boundary(listener: Callable[P, None]) -> Callable[P, None]:
@@ -165,7 +151,7 @@ def clicked_request(
     if found is None:
         return None
     who, approval_id = found
-    request = sb.rt.approvals.find(approval_id)
+    request = approvals.find(sb.rt, approval_id)
     if request is None:
         tell(client, who, m.APPROVAL_NOT_FOUND)
         return None
@@ -178,8 +164,8 @@ def may_not_decide(client: WebClient, who: Clicked, request: ApprovalRequest, sb
     if request.decided:
         tell(client, who, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return True
-    if not sb.may_decide(request, who.user, who.roles(sb.identity)):
-        approvers = escape(sb.rt.policy.approvers_text(request.tool))
+    if not sb.access.may_decide(request, who.user, who.roles(sb.identity)):
+        approvers = escape(approvals.facts(sb.rt, request).approvers)
         tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
         return True
     return False
@@ -199,9 +185,8 @@ def decide(
     instructions: str = "",
     roles: frozenset[str] | None = None,
 ) -> service.DecisionOutcome:
-    """service.decide, with the check only Slack knows of: an external person (Slack
-    Connect) decides only with an approver role they hold by name. `roles`: the decider's,
-    when the caller has them already (asked of Slack once for several decisions)."""
+    """The clicker decides (worker.service.decide). `roles`: the decider's, when the caller
+    has them already (asked of Slack once for several decisions)."""
     return service.decide(
         sb.rt,
         approval_id,
@@ -211,7 +196,6 @@ def decide(
         reason=reason,
         edited_args=edited_args,
         instructions=instructions,
-        decides=sb.may_decide,
     )
 
 
@@ -246,5 +230,5 @@ def after_decision(
 
 def publish_home(sb: Bot, client: WebClient, user_id: str, team: str, page: int = 0) -> None:
     roles = sb.identity.roles(user_id, team)
-    view = build_home(sb.rt, user_id, roles, decides=sb.may_decide, page=page)
+    view = build_home(sb.rt, user_id, roles, page=page)
     client.views_publish(user_id=user_id, view=view)

@@ -35,7 +35,7 @@ def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) ->
     elif parsed.verb == "error":
         answer(client, asked, text=parsed.error)
     elif parsed.verb == "runs":
-        admin = sb.is_admin(sb.identity.roles(user, asked.team))
+        admin = sb.access.may_administer(sb.identity.roles(user, asked.team))
         blocks = runs_listing(sb.rt, parsed, user, admin)
         answer(client, asked, text=m.RUNS_FALLBACK, blocks=blocks)
     elif parsed.verb == "run" and parsed.run_id:

@@ -15,13 +15,9 @@ from bot.listeners.base import Bot, boundary
 from bot.listeners.commands import COMMAND
 from bot.mrkdwn import escape
 from bot.payloads import interaction_id, team_of
-from worker import service
-from worker.run import RunStatus
+from worker.service import runs
 
 log = structlog.get_logger(__name__)
-
-IN_FLIGHT = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
-SCAN = 10_000  # in-flight runs and pending approvals looked at when an installation goes
 
 
 @boundary
@@ -37,23 +33,10 @@ def on_installation_gone(event: dict[str, Any], body: dict[str, Any], sb: Bot) -
         return
     team = team_of(body)
     sb.installations.revoke(team, why)
-    runs = [
-        run
-        for status in IN_FLIGHT
-        for run in sb.rt.store.recent(status=status, limit=SCAN)
-        if run.origin.get("surface") == "slack" and run.origin.get("team", "") in ("", team)
-    ]
-    for run in runs:
-        service.request_cancel(sb.rt, run, by=why)
-    ours = {run.id for run in runs}
-    withdrawn = 0
-    for request in sb.rt.approvals.pending(limit=SCAN):
-        if request.run_id in ours:
-            decision = sb.rt.approvals.withdraw(request.id, m.WITHDRAWN_UNINSTALLED)
-            if decision.won:
-                sb.rt.cancel_expiry(request.id)
-                withdrawn += 1
-    log.warning("slack_installation_gone", why=why, team=team, runs=len(runs), approvals=withdrawn)
+    ended = runs.end_workspace(sb.rt, "slack", team, why=why, withdrawn=m.WITHDRAWN_UNINSTALLED)
+    log.warning(
+        "slack_installation_gone", why=why, team=team, runs=ended.runs, approvals=ended.approvals
+    )
 
 
 # -- everything no listener claims -----------------------------------------------------------

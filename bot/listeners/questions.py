@@ -16,6 +16,7 @@ from bot.mrkdwn import escape
 from bot.payloads import Question, Said, bot_mention, question_text
 from worker import service
 from worker.run import Run
+from worker.service import runs
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +24,7 @@ log = structlog.get_logger(__name__)
 def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     """Create the run (continuing the thread's conversation, if the bot answered there)."""
     requester = sb.identity.requester(q.user, q.user_team, q.channel)
-    if not sb.may_start(requester.roles):
+    if not sb.access.may_ask(requester.roles):
         log.info("question_refused_external", user=q.user, team=q.user_team)
         if not q.overheard:
             say(client, q.channel, q.thread_ts, m.EXTERNAL_CANNOT_ASK)
@@ -31,7 +32,7 @@ def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     parent = None
     parent_id = sb.threads.last_run(q.channel, q.thread_ts)
     if parent_id:
-        parent = sb.rt.store.find(parent_id)
+        parent = runs.find(sb.rt, parent_id)
         if parent is not None and not parent.status.terminal:
             say(client, q.channel, q.thread_ts, m.STILL_WORKING)
             return None

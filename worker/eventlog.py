@@ -1,0 +1,90 @@
+"""The event log of each run: an append-only Redis list of what happened (worker/events.py
+names the kinds). Kept back while a worker holds the run and written with its save, so a
+step's events and its state land together."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+import structlog
+
+from worker.events import Event, EventKind
+from worker.keys import Keys
+
+log = structlog.get_logger(__name__)
+
+MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a runaway log
+POLL_SECONDS = 0.05
+
+
+class EventLog:
+    def __init__(self, connection: redis.Redis, namespace: str = "sb:") -> None:
+        self.redis = connection
+        self.ns = namespace
+        self.keys = Keys(namespace)
+        # run id -> events not written yet, while this process holds the run. One thread works
+        # a run at a time, and each touches only its own run's list.
+        self._held: dict[str, list[str]] = {}
+
+    def append(self, run_id: str, kind: EventKind, **data: Any) -> None:
+        body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
+        held = self._held.get(run_id)
+        if held is not None:
+            held.append(body)
+        else:
+            self._push(run_id, [body])
+
+    def hold(self, run_id: str) -> None:
+        """Keep this run's events until `take` or `flush` (the caller holds its lease)."""
+        self._held[run_id] = []
+
+    def take(self, run_id: str) -> list[str]:
+        """The run's kept events, for the caller to write (with a save)."""
+        held = self._held.get(run_id)
+        if not held:
+            return []
+        self._held[run_id] = []
+        return held
+
+    def flush(self, run_id: str) -> None:
+        """Write the run's kept events now."""
+        events = self.take(run_id)
+        if events:
+            self._push(run_id, events)
+
+    def release(self, run_id: str) -> None:
+        """Write what is left and stop keeping."""
+        self.flush(run_id)
+        self._held.pop(run_id, None)
+
+    def _push(self, run_id: str, bodies: list[str]) -> None:
+        length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
+        if length > MAX_EVENTS_PER_RUN:
+            self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)
+            log.warning("event_log_full", run_id=run_id)
+
+    def read(self, run_id: str, after: str = "0", count: int | None = None) -> list[Event]:
+        """Events after id `after` ("0" or "-": from the first), oldest first."""
+        start = 0 if after in ("-", "") else int(after)
+        stop = -1 if count is None else start + count - 1
+        rows = self.redis.lrange(self.keys.events(run_id), start, stop)
+        return [_decode(str(start + n + 1), raw) for n, raw in enumerate(rows)]
+
+    def wait(self, run_id: str, after: str, block_ms: int) -> list[Event]:
+        """Events after `after`, waiting up to `block_ms` for the first one."""
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            events = self.read(run_id, after)
+            if events or time.monotonic() >= deadline:
+                return events
+            time.sleep(POLL_SECONDS)
+
+
+def _decode(event_id: str, raw: bytes) -> Event:
+    body = json.loads(raw)
+    kind = body.pop("k")
+    at = body.pop("at")
+    return Event(id=event_id, at=at, kind=kind, data=body)

@@ -1,0 +1,120 @@
+"""Asking: a person's question becomes a run, continuing their own conversation in a thread."""
+
+from __future__ import annotations
+
+import structlog
+
+from tools.execute import valid_unicode
+from worker import profiles
+from worker.events import EventKind
+from worker.limits import LimitExceeded
+from worker.run import Requester, Run, new_run_id
+from worker.runtime import Runtime
+
+log = structlog.get_logger(__name__)
+
+MAX_QUESTION_CHARS = 4000
+MAX_HISTORY_MESSAGES = 20
+MAX_HISTORY_CHARS = 16_000  # a reply carries at most this much of the thread: bounded storage
+MAX_THREAD_HOPS = 20  # how far back a reply looks for the asker's own last run in the thread
+
+
+class QuestionRejected(ValueError):
+    pass
+
+
+def submit(
+    rt: Runtime,
+    question: str,
+    requester: Requester,
+    *,
+    origin: dict[str, str] | None = None,
+    parent: Run | None = None,
+    profile: str | None = None,
+) -> Run:
+    """Create a run and queue it. `parent` continues that run's conversation (a thread reply).
+    The run gets the profile of the requester's channel, or the one named by `profile`."""
+    text = valid_unicode(question).strip()
+    if not text:
+        raise QuestionRejected("The question is empty.")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise QuestionRejected(
+            f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}."
+        )
+    try:
+        rt.limits.check(requester.user_id)
+    except LimitExceeded as exc:
+        log.info("question_limited", user=requester.user_id, why=str(exc))
+        raise QuestionRejected(str(exc)) from exc
+    history = conversation(rt, parent, requester.user_id) if parent is not None else []
+    agent = (
+        profiles.named(rt.policy, profile)
+        if profile is not None
+        else rt.policy.profile_for(requester.channel_id)
+    )
+    run = Run(
+        id=new_run_id(),
+        question=text,
+        requester=requester,
+        model=rt.model.model if rt.model else "",
+        messages=[*history, {"role": "user", "content": text}],
+        budgets=rt.settings.budgets.model_copy(),
+        origin=dict(origin or {}),
+        parent_id=parent.id if parent else None,
+    )
+    profiles.start(rt, run, agent)
+    rt.store.create(run, wake=False)
+    rt.events.append(
+        run.id,
+        EventKind.RUN_CREATED,
+        user=requester.user_id,
+        channel=requester.channel_id,
+        roles=requester.roles,
+        question=text,
+        parent=run.parent_id,
+        profile=run.profile.name if run.profile else None,
+    )
+    if rt.limits.admit(requester.user_id, run.id):
+        rt.store.wake(run.id)
+        rt.enqueue_advance(run.id)
+    else:
+        ahead = rt.settings.limits.runs_in_flight
+        rt.events.append(run.id, EventKind.WAITING_IN_LINE, in_flight=ahead)
+        rt.surface(run).progress(
+            run,
+            f"Waiting: you have {ahead} questions in progress; this one starts when one of "
+            "them is done",
+        )
+    return run
+
+
+def unavailable_note(rt: Runtime) -> str | None:
+    """One line for people about the tools the policy leaves out for lack of a rule."""
+    return rt.policy.disabled_summary()
+
+
+def conversation(rt: Runtime, parent: Run, asker: str) -> list[dict[str, str]]:
+    """The asker's own questions and the answers they got earlier in this thread, without
+    the tool chatter. Other people's messages in the thread are left out: they would reach
+    the model as the asker's own words and could steer a run that has the asker's
+    permissions. Each run's history is built this way, so it holds one person's turns."""
+    run: Run | None = parent
+    for _ in range(MAX_THREAD_HOPS):
+        if run is None or run.requester.user_id == asker:
+            break
+        run = rt.store.find(run.parent_id) if run.parent_id else None
+    if run is None or run.requester.user_id != asker:
+        return []
+    turns = [
+        {"role": m["role"], "content": m["content"]}
+        for m in run.messages
+        if m.get("role") in ("user", "assistant") and not m.get("tool_calls") and m.get("content")
+    ]
+    kept: list[dict[str, str]] = []
+    size = 0
+    for turn in reversed(turns[-MAX_HISTORY_MESSAGES:]):  # the newest turns matter most
+        size += len(turn["content"])
+        if size > MAX_HISTORY_CHARS:
+            break
+        kept.append(turn)
+    return kept[::-1]
