@@ -10,6 +10,8 @@ from typing import Any
 
 from tools.decode import canonical_json
 
+INSTRUCTIONS_MAX = 1000  # what an approver tells the agent: an observation, kept small
+
 
 class ApprovalStatus(StrEnum):
     PENDING = "pending"

@@ -12,10 +12,8 @@ from typing import Any
 import redis
 
 from approvals.keys import ApprovalKeys
-from approvals.request import ApprovalRequest, ApprovalStatus, binding_hash
+from approvals.request import INSTRUCTIONS_MAX, ApprovalRequest, ApprovalStatus, binding_hash
 from tools.decode import canonical_json
-
-INSTRUCTIONS_MAX = 1000  # what an approver tells the agent: an observation, kept small
 
 # Wake a run: (re)score it in the due set with a strictly increasing millisecond stamp, so a
 # worker that read an older score knows it must look again before it lets the run rest.

@@ -1,7 +1,7 @@
 """The Slack implementation of `worker.surface.Surface`: what a run shows in its thread.
 
-Called by the worker that holds the run's lease. Nothing here may end a run: every entry
-point logs a failure and returns. Keys this surface reads from `run.origin` (set by the
+Called by the worker that holds the run's lease, always through `worker.surface.Guarded`
+(the one guard: a failure here is logged there and never ends a run). Keys this surface reads from `run.origin` (set by the
 listeners): `channel`, `thread_ts`, `assistant` ("1" in an assistant thread), `team` (the
 workspace: nothing is posted where the app was uninstalled, `bot.installations`); it writes
 `status_ts`, the ts of the one status message it keeps updating.
@@ -10,9 +10,7 @@ workspace: nothing is posted where the app was uninstalled, `bot.installations`)
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
-from collections.abc import Callable
 from typing import ParamSpec
 
 import redis
@@ -50,22 +48,6 @@ P = ParamSpec("P")
 UPDATE_INTERVAL = 1.2  # seconds between chat.update calls for one run (Tier 3: 50+/min)
 STATUS_REFRESH = 90.0  # Slack clears an assistant status after 2 minutes
 SLACK_ERRORS = (SlackClientError, OSError)  # API errors (incl. 429 after retries), network
-
-
-def never_raises(method: Callable[P, None]) -> Callable[P, None]:
-    """The surface boundary: the worker must never fail a run because Slack did."""
-
-    @functools.wraps(method)
-    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
-        try:
-            method(*args, **kwargs)
-        except Exception:  # boundary: logged with the traceback, the run goes on
-            run = next((a for a in args if isinstance(a, Run)), None)
-            log.exception(
-                "slack_surface_failed", step=method.__name__, run_id=getattr(run, "id", None)
-            )
-
-    return guarded
 
 
 def with_rate_limit_retries(client: WebClient) -> WebClient:
@@ -111,7 +93,6 @@ class SlackSurface:
 
     # -- progress -----------------------------------------------------------------------------
 
-    @never_raises
     def progress(self, run: Run, text: str) -> None:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         if not channel or not thread_ts or self.gone(run):
@@ -183,7 +164,6 @@ class SlackSurface:
 
     # -- approvals -----------------------------------------------------------------------------
 
-    @never_raises
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
         if self.gone(run):
             return
@@ -196,7 +176,6 @@ class SlackSurface:
             note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
             self._post_card(request, elsewhere, None, self.card(request, tool.description, note))
 
-    @never_raises
     def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
         """One turn's writes on one card (bot.batch), ITEMS_PER_CARD at most per card."""
         if self.gone(run):
@@ -273,7 +252,6 @@ class SlackSurface:
         roles = ", ".join("@" + r for r in facts.escalated_to)
         return facts.approvers + m.CARD_ESCALATED.format(roles=roles)
 
-    @never_raises
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         if self.gone(run):
             return
@@ -312,7 +290,6 @@ class SlackSurface:
             except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
 
-    @never_raises
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
         """DM the people who may decide, with a link to the card (bot.reminders)."""
         if self.gone(run):
@@ -335,7 +312,6 @@ class SlackSurface:
 
     # -- the end --------------------------------------------------------------------------------
 
-    @never_raises
     def finished(self, run: Run) -> None:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         self._stop_status(run.id)

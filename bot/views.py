@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from approvals import ApprovalRequest
-from approvals.store import INSTRUCTIONS_MAX
+from approvals.request import INSTRUCTIONS_MAX
 from bot import messages as m
 from bot.blocks import (
     EDIT,

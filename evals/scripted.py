@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import ModelError, ModelTurn, ProposedCall
+from worker.model import ModelError
 from worker.streaming import TextSink
+from worker.turns import ModelTurn, ProposedCall
 
 
 def message_text(message: Mapping[str, Any]) -> str:

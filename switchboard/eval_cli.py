@@ -24,19 +24,11 @@ from evals.report import report, table
 from switchboard import logs
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from switchboard.wiring import (
-    build_profile_selectors,
-    build_selector,
-    load_policy,
-    load_tools,
-    runtime_settings,
-)
+from switchboard.wiring import assemble_runtime, load_policy, load_tools, runtime_settings
 from tools.builtin.tickets import TicketStore
 from tools.policy import Policy
 from tools.registry import registry
 from worker import profiles, runtime
-from worker.budgets import PriceTable
-from worker.limits import Limits
 from worker.model import Model, ModelClient
 from worker.process import make_worker
 from worker.runtime import Runtime
@@ -109,19 +101,16 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
             settings = runtime_settings(config)
             settings.namespace = f"{namespace}{name}:"
             settings.queue_name = f"{namespace}{name}"
-            settings.limits = Limits()  # the harness asks many questions as one person
-            rt = Runtime(
-                redis=connection,
-                registry=registry,
-                policy=policy,
+            rt = assemble_runtime(
+                config,
+                connection,
+                policy,
                 model=model,
                 settings=settings,
-                prices=PriceTable(config.price_table),
+                demos=with_demos,
+                per_person_limits=False,
+                slack=False,
             )
-            embedder = model if isinstance(model, ModelClient) else None
-            rt.demos = build_selector(config, rt, embedder) if with_demos else None
-            if with_demos:
-                rt.profile_demos = build_profile_selectors(config, rt, embedder)
             store = TicketStore(db)
             results[name] = [
                 run_case(rt, case, _work, partial(_executions, store), profile=args.profile)

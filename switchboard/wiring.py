@@ -16,7 +16,7 @@ from tools.registry import load_modules, registry
 from worker.budgets import PriceTable
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
-from worker.model import ModelClient
+from worker.model import Model, ModelClient
 from worker.profiles import load_instructions
 from worker.run import Budgets
 from worker.runtime import Runtime, Settings
@@ -117,20 +117,45 @@ def build_runtime(
     *,
     surfaces: dict[str, Surface] | None = None,
 ) -> Runtime:
+    """The runtime of `config`: its tools loaded, its policy read."""
     load_tools(config)
-    policy = load_policy(config)
-    settings = runtime_settings(config)
-    # the policy file's `limits:` over the SWITCHBOARD_USER_* settings
-    settings.limits = replace(settings.limits, **policy.limits)  # type: ignore[arg-type]
-    model = None
-    if config.has_model:
-        model = ModelClient(
-            model=config.model,
-            api_key=config.openai_api_key or None,
-            base_url=config.openai_base_url or None,
-            timeout=config.model_timeout,
-            max_retries=config.model_retries,
-        )
+    return assemble_runtime(config, connection, load_policy(config), surfaces=surfaces)
+
+
+def model_of(config: Config) -> ModelClient | None:
+    if not config.has_model:
+        return None
+    return ModelClient(
+        model=config.model,
+        api_key=config.openai_api_key or None,
+        base_url=config.openai_base_url or None,
+        timeout=config.model_timeout,
+        max_retries=config.model_retries,
+    )
+
+
+def assemble_runtime(
+    config: Config,
+    connection: redis.Redis,
+    policy: Policy,
+    *,
+    surfaces: dict[str, Surface] | None = None,
+    model: Model | None = None,
+    settings: Settings | None = None,
+    demos: bool = True,
+    per_person_limits: bool = True,
+    slack: bool = True,
+) -> Runtime:
+    """The runtime of `config` with tools already loaded and `policy`. `switchboard eval`
+    overrides what it must: its cases' policy and model, a namespace of its own, no
+    demonstrations (one of its configurations), no per-person limits (it asks many
+    questions as one person), and no Slack (its runs report nowhere)."""
+    settings = settings or runtime_settings(config)
+    if per_person_limits:  # the policy file's `limits:` over the SWITCHBOARD_USER_* settings
+        settings.limits = replace(settings.limits, **policy.limits)  # type: ignore[arg-type]
+    else:
+        settings.limits = Limits()
+    model = model or model_of(config)
     runtime = Runtime(
         redis=connection,
         registry=registry,
@@ -140,9 +165,11 @@ def build_runtime(
         prices=PriceTable(config.price_table),
         surfaces=dict(surfaces or {}),
     )
-    runtime.demos = build_selector(config, runtime, model)
-    runtime.profile_demos = build_profile_selectors(config, runtime, model)
-    if config.slack_bot_token and "slack" not in runtime.surfaces:
+    embedder = model if isinstance(model, ModelClient) else None  # for embeddings selection
+    if demos:
+        runtime.demos = build_selector(config, runtime, embedder)
+        runtime.profile_demos = build_profile_selectors(config, runtime, embedder)
+    if slack and config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 
         from bot.identity import Identity, user_groups

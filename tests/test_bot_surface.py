@@ -19,6 +19,7 @@ from tests.support.slack_bot import ALICE, CHANNEL, POLICY, TOKEN, buttons, text
 from worker import jobs, service
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
+from worker.surface import Guarded
 
 APPROVALS = "C0APPROVALS"
 
@@ -125,7 +126,8 @@ def test_cards_go_to_the_thread_and_the_approvals_channel_and_expire_in_both(
 
 
 def test_slack_failures_never_reach_the_run(rt: Runtime, slack: FakeSlack) -> None:
-    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    slack_surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    surface = Guarded(slack_surface)  # as the runtime calls every surface
     run = running(rt)
     slack.fail("chat.postMessage", "channel_not_found", times=10)
     surface.progress(run, "Thinking")
@@ -149,4 +151,4 @@ def test_slack_failures_never_reach_the_run(rt: Runtime, slack: FakeSlack) -> No
     surface.progress(run, "Thinking")
     surface.approval_resolved(run, request)
     assert "status_ts" not in run.origin
-    surface.close()
+    slack_surface.close()

@@ -220,7 +220,7 @@ class BrokenSurface:
         raise ConnectionError("slack is down")
 
     progress = approval_requested = approvals_requested = approval_resolved = _fail
-    approval_reminder = finished = _fail
+    approval_reminder = answer_stream = finished = _fail
 
 
 def test_a_failing_surface_never_ends_a_run(redis_conn, model_server, tickets_db):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from jsonschema.exceptions import best_match, relevance
@@ -20,9 +20,6 @@ from pydantic import ValidationError as PydanticValidationError
 
 from tools.exceptions import ArgumentError, bounded
 from tools.schema import describe_parameters, type_summary
-
-if TYPE_CHECKING:
-    from tools.registry import Tool
 
 __all__ = [
     "MAX_ARGUMENT_BYTES",
@@ -49,7 +46,18 @@ def canonical_json(value: Any) -> str:
     )
 
 
-def decode_arguments(tool: Tool, raw: str) -> dict[str, Any]:
+class Decodable(Protocol):
+    """What decoding needs of a tool (tools.registry.Tool)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+
+    def validate(self, value: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def decode_arguments(tool: Decodable, raw: str) -> dict[str, Any]:
     """Decode and validate the model's argument string for `tool`.
 
     Returns the validated arguments (JSON-compatible, defaults filled in for

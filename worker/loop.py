@@ -29,7 +29,6 @@ from worker.prompt import build_messages
 from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
 from worker.runtime import Runtime
-from worker.streaming import answer_sink
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +139,8 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     )
     try:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
-        turn = model.complete(messages, specs, timeout, answer_sink(rt, run))
+        sink = rt.surface(run).answer_stream(run) if rt.settings.stream_answers else None
+        turn = model.complete(messages, specs, timeout, sink)
     except ModelError as exc:
         rt.events.append(run.id, EventKind.MODEL_ERROR, error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:

@@ -3,40 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx2
 import openai
 import structlog
 
-from tools.execute import valid_unicode
 from worker.streaming import TextSink, TurnAccumulator
+from worker.turns import ModelTurn, read_turn
 
 log = structlog.get_logger(__name__)
-
-MAX_ARGUMENTS_KEPT = 64 * 1024  # what we keep of a call's raw arguments for the transcript
-
-
-@dataclass(frozen=True)
-class ProposedCall:
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class ModelTurn:
-    finish_reason: str  # stop | tool_calls | length | content_filter (anything else is kept as is)
-    content: str | None = None
-    refusal: str | None = None
-    calls: list[ProposedCall] = field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
 
 
 class ModelError(Exception):
@@ -184,76 +162,6 @@ def model_errors(timeout: float) -> Iterator[None]:
         ) from exc
     except openai.OpenAIError as exc:
         raise ModelError(f"model client error: {type(exc).__name__}") from exc
-
-
-def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:
-    """The SDK builds replies without validating them, so any field may be missing, null or
-    of another type. Read each one defensively and canonically: a call without an id, or
-    with one already used in the turn, gets one of ours (the transcript sends it back
-    consistently); a call without a function is kept with an empty name, so the model reads
-    "no such tool" instead of the run failing; model text is cleaned of lone surrogates,
-    since it is stored and sent again."""
-    message = getattr(choice, "message", None)
-    calls: list[ProposedCall] = []
-    for call in _list(getattr(message, "tool_calls", None)):
-        if getattr(call, "type", None) not in ("function", None):
-            continue  # another kind of tool (custom, ...) that we never offered
-        function = getattr(call, "function", None)
-        calls.append(
-            ProposedCall(
-                id=_unique_id(getattr(call, "id", None), {c.id for c in calls}),
-                name=_text(getattr(function, "name", None)),
-                arguments=_text(getattr(function, "arguments", None))[:MAX_ARGUMENTS_KEPT],
-            )
-        )
-    content = getattr(message, "content", None)
-    refusal = getattr(message, "refusal", None)
-    finish = getattr(choice, "finish_reason", None)
-    return ModelTurn(
-        finish_reason=finish if isinstance(finish, str) and finish else _implied(calls),
-        content=_text(content) if content is not None else None,
-        refusal=_text(refusal) if refusal else None,
-        calls=calls,
-        prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
-        completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
-        seconds=seconds,
-    )
-
-
-def _unique_id(raw: object, taken: set[str]) -> str:
-    call_id = _text(raw)
-    if call_id and call_id not in taken:
-        return call_id
-    n = len(taken)
-    while f"call_sb_{n}" in taken:
-        n += 1
-    return f"call_sb_{n}"
-
-
-def _implied(calls: list[ProposedCall]) -> str:
-    return "tool_calls" if calls else "stop"
-
-
-def _list(value: object) -> list[Any]:
-    return list(value) if isinstance(value, list) else []
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _text(value: object) -> str:
-    """A field the server should have sent as a string. Some OpenAI-compatible proxies send a
-    call's arguments as a JSON object, or null: keep what was meant, so decoding can judge it
-    and the model reads a bounded error rather than the run failing."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        try:
-            value = json.dumps(value, ensure_ascii=False)
-        except (TypeError, ValueError):
-            value = repr(value)
-    return valid_unicode(value)
 
 
 def _short(exc: openai.APIStatusError) -> str:

@@ -1,7 +1,7 @@
 """Streamed model replies: chunks in, the same `ModelTurn` out, answer text passed on as it comes.
 
 A streamed turn is read into the shape of a whole reply (content, refusal, tool calls, usage)
-and then through `model.read_turn`, so a streamed turn and the same reply sent whole make the
+and then through `worker.turns.read_turn`, so a streamed turn and the same reply sent whole make the
 same `ModelTurn` (tests/test_streaming.py checks this for arbitrary chunkings). Every field is
 read defensively, as `read_turn` does: a chunk may lack `choices`, a delta any field; tool-call
 arguments arrive in pieces (sometimes as JSON objects, from some proxies); call ids are sent
@@ -19,14 +19,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 
-if TYPE_CHECKING:
-    from worker.model import ModelTurn
-    from worker.run import Run
-    from worker.runtime import Runtime
+from worker.turns import ModelTurn, read_turn
 
 log = structlog.get_logger(__name__)
 
@@ -161,8 +158,6 @@ class TurnAccumulator:
         parts.add_arguments(_get(function, "arguments"))
 
     def turn(self, seconds: float) -> ModelTurn:
-        from worker.model import read_turn
-
         calls = [
             SimpleNamespace(
                 id=parts.id or None,
@@ -203,42 +198,3 @@ def _get(value: object, name: str) -> Any:
 
 def _list(value: object) -> list[Any]:
     return list(value) if isinstance(value, list) else []
-
-
-# -- where a run's answer text goes ---------------------------------------------------------------
-
-
-class GuardedSink:
-    """A sink whose failures are logged and swallowed: the surface must never fail a model call."""
-
-    def __init__(self, inner: TextSink, run_id: str) -> None:
-        self.inner, self.run_id = inner, run_id
-
-    def text(self, delta: str) -> None:
-        try:
-            self.inner.text(delta)
-        except Exception:  # a boundary: the surface is someone else's system
-            log.exception("answer_stream_failed", run_id=self.run_id, step="text")
-
-    def reset(self) -> None:
-        try:
-            self.inner.reset()
-        except Exception:  # a boundary, as above
-            log.exception("answer_stream_failed", run_id=self.run_id, step="reset")
-
-
-def answer_sink(rt: Runtime, run: Run) -> TextSink | None:
-    """The run's surface's sink for this model call, when it shows answers as they come (a
-    surface offers `answer_stream(run) -> TextSink | None`); None when streaming is off."""
-    if not rt.settings.stream_answers:
-        return None
-    surface = rt.surfaces.get(run.origin.get("surface", ""))
-    offer = getattr(surface, "answer_stream", None)
-    if offer is None:
-        return None
-    try:
-        sink = offer(run)
-    except Exception:  # a boundary: no stream is better than no answer
-        log.exception("answer_stream_failed", run_id=run.id, step="open")
-        return None
-    return GuardedSink(sink, run.id) if sink is not None else None

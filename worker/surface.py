@@ -9,6 +9,7 @@ import structlog
 from approvals import ApprovalRequest
 from tools.registry import Tool
 from worker.run import Run
+from worker.streaming import TextSink
 
 log = structlog.get_logger(__name__)
 
@@ -28,6 +29,10 @@ class Surface(Protocol):
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None: ...
 
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None: ...
+
+    def answer_stream(self, run: Run) -> TextSink | None:
+        """Where the model's answer text goes while it writes it; None: shown at the end."""
+        ...
 
     def finished(self, run: Run) -> None: ...
 
@@ -50,12 +55,16 @@ class SilentSurface:
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
         return None
 
+    def answer_stream(self, run: Run) -> TextSink | None:
+        return None
+
     def finished(self, run: Run) -> None:
         return None
 
 
 class Guarded:
-    """A surface whose failures are logged and swallowed: Slack being down must not end a run."""
+    """A surface whose failures are logged and swallowed: Slack being down must not end a
+    run. The one guard around every call the runtime makes of a surface."""
 
     def __init__(self, inner: Surface) -> None:
         self.inner = inner
@@ -67,23 +76,28 @@ class Guarded:
         self._call("approval_requested", run, request, tool)
 
     def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
-        """The writes one turn asked for, together; a surface that cannot show them as one
-        shows each on its own."""
-        if len(requests) > 1 and hasattr(self.inner, "approvals_requested"):
+        """The writes one turn asked for, together (one alone as itself)."""
+        if len(requests) == 1:
+            self._call("approval_requested", run, *requests[0])
+        elif requests:
             self._call("approvals_requested", run, requests)
-            return
-        for request, tool in requests:
-            self._call("approval_requested", run, request, tool)
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         self._call("approval_resolved", run, request)
 
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
-        if hasattr(self.inner, "approval_reminder"):  # a surface may have no way to remind
-            try:
-                self.inner.approval_reminder(run, request, escalated=escalated)
-            except Exception:  # as _call: the surface is someone else's system
-                log.exception("surface_failed", method="approval_reminder", run_id=run.id)
+        try:
+            self.inner.approval_reminder(run, request, escalated=escalated)
+        except Exception:  # as _call: the surface is someone else's system
+            log.exception("surface_failed", method="approval_reminder", run_id=run.id)
+
+    def answer_stream(self, run: Run) -> TextSink | None:
+        try:
+            sink = self.inner.answer_stream(run)
+        except Exception:  # no stream is better than no answer
+            log.exception("surface_failed", method="answer_stream", run_id=run.id)
+            return None
+        return GuardedSink(sink, run.id) if sink is not None else None
 
     def finished(self, run: Run) -> None:
         self._call("finished", run)
@@ -93,3 +107,23 @@ class Guarded:
             getattr(self.inner, method)(run, *args)
         except Exception:  # a process boundary of sorts: the surface is someone else's system
             log.exception("surface_failed", method=method, run_id=run.id)
+
+
+class GuardedSink:
+    """A sink whose failures are logged and swallowed: the surface must never fail a model
+    call."""
+
+    def __init__(self, inner: TextSink, run_id: str) -> None:
+        self.inner, self.run_id = inner, run_id
+
+    def text(self, delta: str) -> None:
+        try:
+            self.inner.text(delta)
+        except Exception:  # a boundary: the surface is someone else's system
+            log.exception("answer_stream_failed", run_id=self.run_id, step="text")
+
+    def reset(self) -> None:
+        try:
+            self.inner.reset()
+        except Exception:  # a boundary, as above
+            log.exception("answer_stream_failed", run_id=self.run_id, step="reset")

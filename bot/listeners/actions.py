@@ -15,7 +15,7 @@ from slack_bolt import Ack
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from approvals.store import INSTRUCTIONS_MAX
+from approvals.request import INSTRUCTIONS_MAX
 from bot import demos, ids
 from bot import messages as m
 from bot.blocks import (
