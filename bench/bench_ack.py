@@ -1,11 +1,11 @@
 """Ack latency of Switchboard's Slack listeners against a bare Bolt app that only acks.
 
-Both apps are served the same way (bot.serve's HTTP server on loopback, TCP_NODELAY on both
-ends) and measured in the same run, interleaved request by request, so the ratio is what
-Switchboard adds: signature check and Bolt are common to both; Switchboard adds its
-middleware (event de-duplication in Redis) before the ack, and its listener work (identity,
-creating and enqueueing the run, or deciding an approval and updating the card) right after
-it, competing for the same process.
+Both apps are served the same way (bot.transport.serve's HTTP server on loopback,
+TCP_NODELAY on both ends) and measured in the same run, interleaved request by request, so
+the ratio is what Switchboard adds: signature check and Bolt are common to both; Switchboard
+adds its middleware (event de-duplication in Redis) before the ack, and its listener work
+(identity, creating and enqueueing the run, or deciding an approval and updating the card)
+right after it, competing for the same process.
 
     python bench/bench_ack.py            # 300 requests of each kind per app
     python bench/bench_ack.py -n 1000
@@ -40,8 +40,8 @@ from slack_bolt import Ack, App  # noqa: E402
 from slack_sdk import WebClient  # noqa: E402
 
 import tools.builtin  # noqa: E402
-from bot.blocks import APPROVE  # noqa: E402
-from bot.serve import SlackHTTPServer, build_app  # noqa: E402
+from bot.render.blocks import APPROVE  # noqa: E402
+from bot.transport.serve import SlackHTTPServer, build_app  # noqa: E402
 from tests.fakes.slack_server import (  # noqa: E402
     FakeSlack,
     app_mention,

@@ -28,8 +28,8 @@ import redis
 from common import banner, median, row
 from slack_sdk import WebClient
 
-from bot.blocks import VIEW_RUN
-from bot.surface import SlackSurface
+from bot.outbound.slack_surface import SlackSurface
+from bot.render.blocks import VIEW_RUN
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, next_ts
 from tests.support.runtime import ALICE, make_runtime, work

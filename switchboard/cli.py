@@ -296,7 +296,7 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
     check_slack(config, http=args.http)
     from slack_sdk.errors import SlackApiError
 
-    from bot.serve import serve
+    from bot.transport.serve import serve
 
     logs.drop_reported(_WSS_FAILURE)  # said below, in one line
     logs.drop_reported(_BOLT_TOKEN_NOTE)  # Bolt sees SLACK_BOT_TOKEN set; we pass the client

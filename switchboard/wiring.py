@@ -172,8 +172,8 @@ def assemble_runtime(
     if slack and config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 
-        from bot.identity import Identity, user_groups
-        from bot.surface import SlackSurface
+        from bot.outbound.slack_surface import SlackSurface
+        from bot.state.identity import Identity, user_groups
 
         client = WebClient(token=config.slack_bot_token, base_url=config.slack_api_url)
         runtime.surfaces["slack"] = SlackSurface(client, runtime)

@@ -24,9 +24,9 @@ import redis
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from bot import messages as m
-from bot.blocks import APPROVE, HOME_PAGE, SHOW_ARGS, VIEW_RUN
-from bot.mrkdwn import BIDI_CONTROLS, code, code_block, has_bidi, neutralise_bidi, to_mrkdwn
+from bot.render import messages as m
+from bot.render.blocks import APPROVE, HOME_PAGE, SHOW_ARGS, VIEW_RUN
+from bot.render.mrkdwn import BIDI_CONTROLS, code, code_block, has_bidi, neutralise_bidi, to_mrkdwn
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention, block_actions
 from tests.support.slack_bot import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from approvals import ApprovalStatus
-from bot.blocks import APPROVE, APPROVE_ALL, EDIT, REJECT_ALL
+from bot.render.blocks import APPROVE, APPROVE_ALL, EDIT, REJECT_ALL
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
 from tests.support.runtime import tool_messages

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot import messages as m
-from bot.blocks import APPROVE_ALL, SHOW_ARGS
+from bot.render import messages as m
+from bot.render.blocks import APPROVE_ALL, SHOW_ARGS
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
 from tests.support.slack_bot import ALICE, BotEnv, buttons, has_button, texts

@@ -1,9 +1,9 @@
 """Issue 15, item 10: 97 real Slack payloads (`../shared/slack-payloads`: Slack's SDK test
 suites, its docs and captures; SOURCES.md names each origin) replayed over HTTP, signed, to
-the real Bolt app behind bot.serve's server, with FakeSlack as the Web API. Each is checked
-against the handling `cases.json` expects: the HTTP status, how many runs it started, the
-Web API methods the bot called, the url_verification challenge. No payload may reach Slack
-as Bolt's 404 "unhandled request", and nothing may log an error.
+the real Bolt app behind bot.transport.serve's server, with FakeSlack as the Web API. Each
+is checked against the handling `cases.json` expects: the HTTP status, how many runs it
+started, the Web API methods the bot called, the url_verification challenge. No payload may
+reach Slack as Bolt's 404 "unhandled request", and nothing may log an error.
 
 The payloads are third-party data: they are read where they are, never copied here, and the
 test is skipped when the folder is not there. Each payload is adapted only as cases.json
@@ -29,9 +29,9 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from bot.serve import build_app
-from bot.surface import SlackSurface
-from bot.threads import Threads
+from bot.outbound.slack_surface import SlackSurface
+from bot.state.threads import Threads
+from bot.transport.serve import build_app
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, SignedResponse, send_signed
 from tests.support.runtime import make_runtime, work

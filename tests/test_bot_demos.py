@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.blocks import SAVE_DEMO
+from bot.render.blocks import SAVE_DEMO
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.runtime import event_kinds, requester
 from tests.support.slack_bot import (

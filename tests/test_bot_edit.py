@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from approvals import ApprovalStatus
-from bot.blocks import APPROVE, EDIT, EDIT_MODAL, REJECT, REJECT_MODAL
+from bot.render.blocks import APPROVE, EDIT, EDIT_MODAL, REJECT, REJECT_MODAL
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import view_submission
 from tests.support.runtime import tool_messages

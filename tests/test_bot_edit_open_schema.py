@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from approvals import ApprovalStatus
-from bot import messages as m
-from bot.blocks import APPROVE, EDIT
+from bot.render import messages as m
+from bot.render.blocks import APPROVE, EDIT
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
 from tests.support.runtime import wait_until

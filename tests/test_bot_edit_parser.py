@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from approvals.edits import EditRefused, check_edit
-from bot.edit import edit_modal, fields, read_edit, refusal_errors
+from bot.render.edit_form import edit_modal, fields, read_edit, refusal_errors
 from tools import register_tool
 from tools.decode import canonical_json
 from tools.policy import Policy

@@ -21,8 +21,8 @@ import redis
 from structlog.testing import capture_logs
 
 from approvals import ApprovalStatus
-from bot.installations import Installations
-from bot.serve import build_app
+from bot.state.installations import Installations
+from bot.transport.serve import build_app
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     app_mention,

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from approvals import ApprovalStatus
-from bot.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, VIEW_RUN
+from bot.render.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, VIEW_RUN
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     app_mention,

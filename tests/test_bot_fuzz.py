@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from bot import envelope, ids
-from bot.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, SAVE_DEMO, SHOW_ARGS, VIEW_RUN
-from bot.commands import MAX_TEXT, parse
-from bot.mrkdwn import code, code_block, cut, escape, one_line, split, to_mrkdwn
-from bot.payloads import question_text
+from bot.render.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, SAVE_DEMO, SHOW_ARGS, VIEW_RUN
+from bot.render.mrkdwn import code, code_block, cut, escape, one_line, split, to_mrkdwn
+from bot.transport import envelope, ids
+from bot.transport.payloads import question_text
+from bot.transport.slash import MAX_TEXT, parse
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import (
     app_mention,

@@ -2,7 +2,7 @@
 body before anything parses it; any malformed signature header is a 401 (never a 500 or a
 traceback); connections are capped; a client that hangs up is one quiet log line.
 
-Over real sockets to bot.serve's server with the real Bolt app behind it; the signature
+Over real sockets to bot.transport.serve's server with the real Bolt app behind it; the signature
 checker itself is property-tested at the end.
 """
 
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from bot import signature
+from bot.transport import signature
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import app_mention, event_callback, send_signed, signed_headers
 from tests.support.runtime import wait_until

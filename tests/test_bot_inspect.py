@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bot.blocks import APPROVE, VIEW_RUN
+from bot.render.blocks import APPROVE, VIEW_RUN
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.runtime import requester
 from tests.support.slack_bot import (

@@ -17,9 +17,9 @@ import redis
 from structlog.testing import capture_logs
 
 from approvals import ApprovalStatus
-from bot import messages as m
-from bot.blocks import APPROVE
-from bot.identity import EXTERNAL
+from bot.render import messages as m
+from bot.render.blocks import APPROVE
+from bot.state.identity import EXTERNAL
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     app_mention,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bot.blocks import VIEW_RUN
+from bot.render.blocks import VIEW_RUN
 from tests.fakes.openai_server import FakeOpenAI, conversation_key
 from tests.fakes.slack_server import app_mention, message_im
 from tests.support.slack_bot import ALICE, POLICY, answered, bot_env, buttons, texts

@@ -14,7 +14,7 @@ import redis
 
 import tools.builtin
 from approvals import ApprovalStatus
-from bot.blocks import APPROVE
+from bot.render.blocks import APPROVE
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.runtime import wait_until
 from tests.support.slack_bot import (

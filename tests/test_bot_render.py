@@ -6,7 +6,7 @@ import json
 import time
 
 from approvals import ApprovalRequest, ApprovalStatus
-from bot.blocks import (
+from bot.render.blocks import (
     APPROVE,
     SHOW_ARGS,
     VIEW_RUN,
@@ -14,9 +14,9 @@ from bot.blocks import (
     approval_card,
     outcome_text,
 )
-from bot.commands import parse
-from bot.mrkdwn import escape, split, to_mrkdwn
-from bot.views import home_view, run_modal
+from bot.render.mrkdwn import escape, split, to_mrkdwn
+from bot.render.views import home_view, run_modal
+from bot.transport.slash import parse
 from tests.fakes.slack_server import block_errors, blocks_text_length
 from tests.support.slack_bot import buttons, texts
 from worker.events import Event

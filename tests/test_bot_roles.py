@@ -11,9 +11,9 @@ import redis
 from slack_sdk import WebClient
 
 from approvals import ApprovalStatus
-from bot import messages as m
-from bot.blocks import APPROVE
-from bot.identity import RETRY_SECONDS, UserGroups
+from bot.render import messages as m
+from bot.render.blocks import APPROVE
+from bot.state.identity import RETRY_SECONDS, UserGroups
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, app_mention
 from tests.support.runtime import wait_until

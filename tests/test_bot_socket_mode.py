@@ -1,7 +1,7 @@
-"""Socket Mode end to end, as `switchboard dev` meets Slack: bot.serve's TimedSocketModeHandler
-(Bolt's handler on slack_sdk's builtin SocketModeClient) gets its URL from
-`apps.connections.open` on FakeSlack and talks over a real WebSocket to SocketGateway, a
-local stand-in of Slack's gateway. The rest is real too: Redis, the RQ worker run
+"""Socket Mode end to end, as `switchboard dev` meets Slack: bot.transport.serve's
+TimedSocketModeHandler (Bolt's handler on slack_sdk's builtin SocketModeClient) gets its URL
+from `apps.connections.open` on FakeSlack and talks over a real WebSocket to SocketGateway,
+a local stand-in of Slack's gateway. The rest is real too: Redis, the RQ worker run
 in-process, FakeOpenAI for the model, SQLite tickets."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from slack_sdk.errors import SlackApiError
 from structlog.testing import capture_logs
 
 from approvals import ApprovalStatus
-from bot.blocks import APPROVE, VIEW_RUN
-from bot.serve import TimedSocketModeHandler, build_app
-from bot.surface import SlackSurface
+from bot.outbound.slack_surface import SlackSurface
+from bot.render.blocks import APPROVE, VIEW_RUN
+from bot.transport.serve import TimedSocketModeHandler, build_app
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     FakeSlack,

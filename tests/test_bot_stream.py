@@ -11,9 +11,9 @@ import pytest
 import redis
 from slack_sdk import WebClient
 
-from bot.blocks import VIEW_RUN
-from bot.stream import AnswerStreams
-from bot.surface import SlackSurface
+from bot.outbound.answers import AnswerStreams
+from bot.outbound.slack_surface import SlackSurface
+from bot.render.blocks import VIEW_RUN
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, app_mention
 from tests.support.processes import WorkerProcess, worker_env

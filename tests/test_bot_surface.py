@@ -10,8 +10,8 @@ import pytest
 import redis
 from slack_sdk import WebClient
 
-from bot.blocks import CANCEL
-from bot.surface import SlackSurface
+from bot.outbound.slack_surface import SlackSurface
+from bot.render.blocks import CANCEL
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, next_ts
 from tests.support.runtime import make_runtime, requester

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bot import event_text as slack
-from bot import messages as m
+from bot.render import event_text as slack
+from bot.render import messages as m
 from switchboard import render as cli
 from worker.eventlog import EventLog
 from worker.events import Event, EventKind, is_run_end

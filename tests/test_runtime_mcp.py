@@ -15,7 +15,7 @@ import redis
 
 import tools.mcp
 from approvals import LedgerState
-from bot.blocks import APPROVE
+from bot.render.blocks import APPROVE
 from switchboard.settings import Config
 from switchboard.wiring import build_runtime
 from tests.fakes.openai_server import FakeOpenAI, Turn
@@ -180,7 +180,7 @@ def test_mcp_writes_post_approval_cards_in_slack_and_destructive_ones_ask_to_con
         env.event(app_mention("<@UBOT> clean up the notes", user=SLACK_ALICE))
         env.wait_for_runs(1)
         env.work()
-        # the two writes of one turn share one card, a decision per item (bot.batch)
+        # the two writes of one turn share one card, a decision per item (bot.render.batch_card)
         [card] = env.slack.wait_for(lambda: _cards(env.slack.calls("chat.postMessage")))
         items = {
             env.rt.approvals.get(buttons([b])[APPROVE]).tool: b

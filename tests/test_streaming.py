@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.stream import settled, streamable
+from bot.outbound.answers import settled, streamable
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
 from worker.model import ModelClient, read_turn
 from worker.streaming import accumulate
@@ -223,7 +223,7 @@ def test_streamed_slack_text_in_any_chunking_equals_the_whole_text_rendered_at_o
     tokens: list[str], data: st.DataObject
 ) -> None:
     """Links are held back until complete, so no chunking shows a link the whole text would
-    have defused (bot/stream.py `settled`)."""
+    have defused (bot/outbound/answers.py `settled`)."""
     whole = "".join(tokens)
     ends = [*sorted(data.draw(st.sets(st.integers(0, len(whole)), max_size=8))), len(whole)]
     sent, shown = 0, ""

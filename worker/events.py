@@ -59,7 +59,7 @@ class EventKind(StrEnum):
     APPROVAL_EXPIRED = "approval_expired"
     APPROVAL_REMINDED = "approval_reminded"
     APPROVAL_ESCALATED = "approval_escalated"
-    # bot/demos.py, bot/edit.py
+    # worker/service/library.py, worker/service/decisions.py
     DEMO_CANDIDATE_SAVED = "demo_candidate_saved"
     EDIT_REFUSED = "edit_refused"
 

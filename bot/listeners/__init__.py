@@ -1,27 +1,30 @@
 """Bolt listeners. Each one acks at once (Bolt acks events before they run; the others call
 `ack()` first), then does Redis work and enqueues. Slack Web API calls come only after the
-ack; a run's progress is shown by the worker through `bot.surface`.
+ack; a run's progress is shown by the worker through `bot.outbound.slack_surface`.
 
 Listeners get `sb` (a `Bot`: the runtime, identity, thread memory and surface) from the
 request context, put there by `attach`, the first global middleware. `attach` also drops
 repeated deliveries of an event (Slack retries, redeliveries): one run per event.
 
 `attach` also refuses requests for a workspace or app the bot does not serve
-(`bot.installations.Home`) and acks `app_rate_limited`, which Slack sends to every app.
+(`bot.state.installations.Home`) and acks `app_rate_limited`, which Slack sends to every app.
 Whatever no listener of ours claims is acked and logged by the catch-alls registered last
 (`lifecycle`).
 
-Every id a listener uses is checked for its shape first (`bot.payloads`, `bot.ids`); a
-payload that lacks one is logged as malformed and dropped, never half-handled. (The HTTP
-server has already refused bodies whose envelope Bolt itself could not read:
-`bot.envelope`.)
+Every id a listener uses is checked for its shape first (`bot.transport.payloads`,
+`bot.transport.ids`); a payload that lacks one is logged as malformed and dropped, never
+half-handled. (The HTTP server has already refused bodies whose envelope Bolt itself could
+not read: `bot.transport.envelope`.)
 
 The package, by what Slack sends:
 - `base`: the `Bot`, the `boundary` every listener runs inside, the click prelude, `tell`,
-  deciding a request; who may do what is asked of `Bot`
+  deciding a request; who may do what is asked of `Bot.access`
 - `questions`: mentions, DMs, thread replies (`ask`)
 - `assistant`: assistant threads
-- `actions`: buttons and modals, App Home (with `bot.edit` and `bot.batch`)
+- `actions`: buttons and modals (a card's, a run's), App Home (`home` builds it)
+- `edit`: the Edit button and the Edit modal's submission
+- `batch`: Approve all / Reject all on a batch card
+- `demos`: saving a run as a demonstration, from the run modal
 - `commands`: the slash command
 - `lifecycle`: the installation going away, and the catch-alls
 """
@@ -35,8 +38,10 @@ from typing import Any
 import structlog
 from slack_bolt import App, Assistant, BoltContext, BoltRequest, BoltResponse
 
-from bot import batch, edit, ids
-from bot.blocks import (
+from bot.listeners import actions, assistant, batch, edit, lifecycle, questions
+from bot.listeners.base import Bot, boundary
+from bot.listeners.commands import COMMAND, on_command
+from bot.render.blocks import (
     APPROVE,
     APPROVE_ALL,
     CANCEL,
@@ -50,10 +55,8 @@ from bot.blocks import (
     SHOW_ARGS,
     VIEW_RUN,
 )
-from bot.listeners import actions, assistant, lifecycle, questions
-from bot.listeners.base import Bot, boundary
-from bot.listeners.commands import COMMAND, on_command
-from bot.payloads import envelope_team
+from bot.transport import ids
+from bot.transport.payloads import envelope_team
 
 __all__ = ["COMMAND", "Bot", "attach", "boundary", "register"]
 

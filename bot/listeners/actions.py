@@ -3,8 +3,8 @@ Cancel and View run on a run's messages, Save as a demonstration in the run moda
 App Home (its opening, and Previous / Next in its list of waiting requests).
 
 Every button starts with the click prelude (`base.clicked`, `base.clicked_request`); who
-may do what is asked of `Bot`. Edit (`bot.edit`) and Approve all / Reject all
-(`bot.batch`) are registered beside these."""
+may do what is asked of `Bot.access`. Edit (`bot.listeners.edit`) and Approve all /
+Reject all (`bot.listeners.batch`) are registered beside these."""
 
 from __future__ import annotations
 
@@ -16,14 +16,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from approvals.request import INSTRUCTIONS_MAX
-from bot import demos, ids
-from bot import messages as m
-from bot.blocks import (
-    REJECT_INSTRUCTIONS_BLOCK,
-    REJECT_INSTRUCTIONS_INPUT,
-    REJECT_REASON_BLOCK,
-    REJECT_REASON_INPUT,
-)
+from bot.listeners import demos
 from bot.listeners.base import (
     Bot,
     after_decision,
@@ -35,8 +28,16 @@ from bot.listeners.base import (
     publish_home,
     tell,
 )
-from bot.payloads import Clicked, dig, page_number, read_metadata, user_team
-from bot.views import args_modal, reject_modal, run_modal
+from bot.render import messages as m
+from bot.render.blocks import (
+    REJECT_INSTRUCTIONS_BLOCK,
+    REJECT_INSTRUCTIONS_INPUT,
+    REJECT_REASON_BLOCK,
+    REJECT_REASON_INPUT,
+)
+from bot.render.views import args_modal, reject_modal, run_modal
+from bot.transport import ids
+from bot.transport.payloads import Clicked, dig, page_number, read_metadata, user_team
 from worker import service
 from worker.run import Run
 from worker.service import runs
@@ -107,7 +108,7 @@ def on_show_args(
     if found is None:
         return
     who, request = found
-    if not sb.access.may_see_args(request, who.user, who.roles(sb.identity)):
+    if not sb.access.may_see_args(request, who.user, sb.identity.roles(who.user, who.team)):
         tell(client, who, m.ARGS_NOT_YOURS)
         return
     client.views_open(trigger_id=who.trigger_id, view=args_modal(request))
@@ -184,7 +185,7 @@ def on_save_demo(
     if found is None:
         return
     who, run_id = found
-    if not sb.access.may_administer(who.roles(sb.identity)):
+    if not sb.access.may_administer(sb.identity.roles(who.user, who.team)):
         log.warning("demo_save_refused", user=who.user, run_id=run_id)
         tell(client, who, m.DEMO_ADMINS_ONLY)
         return

@@ -13,12 +13,12 @@ from slack_bolt.context.set_suggested_prompts import SetSuggestedPrompts
 from slack_bolt.context.set_title import SetTitle
 from slack_sdk import WebClient
 
-from bot import ids
-from bot import messages as m
 from bot.listeners.base import Bot, boundary, say
 from bot.listeners.questions import ask
-from bot.mrkdwn import cut
-from bot.payloads import Question, Said, question_text
+from bot.render import messages as m
+from bot.render.mrkdwn import cut
+from bot.transport import ids
+from bot.transport.payloads import Question, Said, question_text
 
 log = structlog.get_logger(__name__)
 

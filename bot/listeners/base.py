@@ -1,7 +1,7 @@
 """What every listener shares: the `Bot` they are given, the `boundary` they run inside,
 the click prelude of every button (`clicked`, `clicked_request`), answering the person who
 clicked (`tell`), deciding a request (`decide`, `after_decision`) and the App Home
-(`publish_home`). `bot.edit` and `bot.batch` use these too.
+(`publish_home`). `bot.listeners.edit` and `bot.listeners.batch` use these too.
 
 Who may do what is asked of `Bot.access` (worker.service.Access, where every check is
 defined once, the rule for people outside the workspace included). No listener checks
@@ -23,23 +23,25 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from approvals import ApprovalRequest
-from bot import ids
-from bot import messages as m
-from bot.blocks import outcome_text
-from bot.home import build_home
-from bot.identity import Identity
-from bot.installations import Home, Installations
-from bot.mrkdwn import escape
-from bot.payloads import Clicked, action_value
-from bot.threads import Threads
-from bot.views import modal
+from bot.listeners.home import build_home
+from bot.render import messages as m
+from bot.render.blocks import outcome_text
+from bot.render.mrkdwn import escape
+from bot.render.views import modal
+from bot.state.identity import Identity
+from bot.state.installations import Home, Installations
+from bot.state.threads import Threads
+from bot.transport import ids
+from bot.transport.payloads import Clicked, action_value
 from worker import service
 from worker.roles import RolesUnavailable
 from worker.runtime import Runtime
 from worker.service import Access, approvals
 
-if TYPE_CHECKING:  # bot.surface imports bot.batch, which imports this module
-    from bot.surface import SlackSurface
+if (
+    TYPE_CHECKING
+):  # bot.outbound.slack_surface imports bot.render.batch_card, which imports this module
+    from bot.outbound.slack_surface import SlackSurface
 
 log = structlog.get_logger(__name__)
 
@@ -164,7 +166,7 @@ def may_not_decide(client: WebClient, who: Clicked, request: ApprovalRequest, sb
     if request.decided:
         tell(client, who, m.ALREADY_DECIDED.format(outcome=outcome_text(request)))
         return True
-    if not sb.access.may_decide(request, who.user, who.roles(sb.identity)):
+    if not sb.access.may_decide(request, who.user, sb.identity.roles(who.user, who.team)):
         approvers = escape(approvals.facts(sb.rt, request).approvers)
         tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=approvers))
         return True
@@ -191,7 +193,7 @@ def decide(
         sb.rt,
         approval_id,
         decider_id=who.user,
-        decider_roles=who.roles(sb.identity) if roles is None else roles,
+        decider_roles=sb.identity.roles(who.user, who.team) if roles is None else roles,
         approve=approve,
         reason=reason,
         edited_args=edited_args,

@@ -1,5 +1,5 @@
 """The slash command, `/switchboard`: help, `runs`, `run <id>`, `cancel <id>` (parsed in
-`bot.commands`), answered ephemerally where it was typed."""
+`bot.transport.slash`), answered ephemerally where it was typed."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
-from bot import messages as m
-from bot.commands import parse, runs_listing
 from bot.listeners.actions import cancel_run, show_run
 from bot.listeners.base import Bot, boundary
-from bot.payloads import Asked
+from bot.render import messages as m
+from bot.render.mrkdwn import mention
+from bot.render.views import runs_blocks
+from bot.transport.payloads import Asked
+from bot.transport.slash import Command, parse
+from worker.runtime import Runtime
+from worker.service import runs
 
 log = structlog.get_logger(__name__)
 
@@ -64,3 +68,25 @@ def answer(
             raise
         log.info("command_answer_via_response_url", error=exc.response.get("error"))
         WebhookClient(url).send(text=text, blocks=blocks, response_type="ephemeral")
+
+
+def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> list[dict[str, Any]]:
+    """What `/switchboard runs` shows: a non-admin only ever sees their own runs."""
+    scope, who, note = command.scope, command.user, ""
+    if scope == "user" and who == user_id:
+        scope = "mine"
+    if scope in ("all", "user") and not admin:
+        scope, note = "mine", m.RUNS_ADMIN_ONLY
+    filter_user = {"mine": user_id, "user": who, "all": None}[scope]
+    found = runs.recent(rt, user_id=filter_user, status=command.status, limit=20)
+    if scope == "mine":
+        title = m.RUNS_SCOPE_MINE
+    elif scope == "all":
+        title = m.RUNS_SCOPE_ALL
+    else:
+        title = m.RUNS_SCOPE_USER.format(user=mention(who or ""))
+    if command.status is not None:
+        title = m.RUNS_SCOPE_STATUS.format(
+            scope=title, status=m.STATUS_WORDS.get(command.status.value, command.status.value)
+        )
+    return runs_blocks(m.RUNS_HEADER.format(scope=title), found, note)

@@ -10,11 +10,11 @@ from typing import Any
 import structlog
 from slack_bolt import Ack
 
-from bot import messages as m
 from bot.listeners.base import Bot, boundary
 from bot.listeners.commands import COMMAND
-from bot.mrkdwn import escape
-from bot.payloads import interaction_id, team_of
+from bot.render import messages as m
+from bot.render.mrkdwn import escape
+from bot.transport.payloads import interaction_id, team_of
 from worker.service import runs
 
 log = structlog.get_logger(__name__)

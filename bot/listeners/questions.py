@@ -10,10 +10,10 @@ import structlog
 from slack_bolt import BoltContext
 from slack_sdk import WebClient
 
-from bot import messages as m
 from bot.listeners.base import Bot, boundary, say
-from bot.mrkdwn import escape
-from bot.payloads import Question, Said, bot_mention, question_text
+from bot.render import messages as m
+from bot.render.mrkdwn import escape
+from bot.transport.payloads import Question, Said, bot_mention, question_text
 from worker import service
 from worker.run import Run
 from worker.service import runs

@@ -1,4 +1,4 @@
-"""The Slack bot under test: the real Bolt app behind bot.serve's HTTP server on a local
+"""The Slack bot under test: the real Bolt app behind bot.transport.serve's HTTP server on a local
 port, FakeSlack as the Web API, a real runtime (Redis, RQ SimpleWorker, FakeOpenAI)."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import structlog
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from bot.blocks import APPROVE
-from bot.identity import GROUPS_TTL
-from bot.serve import LISTENER_THREADS, SlackHTTPServer, build_app
-from bot.surface import SlackSurface
+from bot.outbound.slack_surface import SlackSurface
+from bot.render.blocks import APPROVE
+from bot.state.identity import GROUPS_TTL
+from bot.transport.serve import LISTENER_THREADS, SlackHTTPServer, build_app
 from tests.fakes.slack_server import (
     FakeSlack,
     SignedResponse,
@@ -169,7 +169,7 @@ def fresh_logging() -> None:
 
 @contextmanager
 def serving(app: App, rt: Runtime, **options: Any) -> Iterator[SlackHTTPServer]:
-    """bot.serve's HTTP server for `app` on a free local port, in a thread."""
+    """bot.transport.serve's HTTP server for `app` on a free local port, in a thread."""
     server = SlackHTTPServer(app, rt, ("127.0.0.1", 0), signing_secret=SECRET, **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()

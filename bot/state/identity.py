@@ -2,7 +2,7 @@
 user groups (cached, at most `GROUPS_TTL` old) turned into policy roles.
 
 A person from another organisation (Slack Connect: their own team is not one the bot
-serves, `bot.installations.Home`) gets the role `external` instead of `everyone` and the
+serves, `bot.state.installations.Home`) gets the role `external` instead of `everyone` and the
 roles the policy gives their user id by name; no user groups. By default an external
 person may start nothing and decide nothing: starting needs a tool whose `allow` names
 `external`, deciding needs an approver role they hold by name (`everyone` and `requester`
@@ -22,7 +22,7 @@ import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
-from bot.installations import Home
+from bot.state.installations import Home
 from tools.policy import EXTERNAL
 from worker.keys import Keys
 from worker.roles import RolesUnavailable

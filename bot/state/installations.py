@@ -24,7 +24,7 @@ import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
-from bot.payloads import dig, envelope_team
+from bot.transport.payloads import dig, envelope_team
 from worker.keys import Keys
 
 log = structlog.get_logger(__name__)

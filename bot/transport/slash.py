@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from bot import ids
-from bot import messages as m
-from bot.mrkdwn import escape, mention
-from bot.views import runs_blocks
+from bot.render import messages as m
+from bot.render.mrkdwn import escape
+from bot.transport import ids
 from worker.run import RunStatus
-from worker.runtime import Runtime
-from worker.service import runs
 
 MAX_TEXT = 200
 _USER = re.compile(r"<@([UW][A-Z0-9]{1,20})(?:\|[^>]*)?>|([UW][A-Z0-9]{1,20})")
@@ -62,25 +58,3 @@ def parse_runs(words: list[str]) -> Command:
         else:
             return Command("error", error=m.COMMAND_UNKNOWN.format(word=escape(word[:40])))
     return Command("runs", scope=scope, user=user, status=status)
-
-
-def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> list[dict[str, Any]]:
-    """What `/switchboard runs` shows: a non-admin only ever sees their own runs."""
-    scope, who, note = command.scope, command.user, ""
-    if scope == "user" and who == user_id:
-        scope = "mine"
-    if scope in ("all", "user") and not admin:
-        scope, note = "mine", m.RUNS_ADMIN_ONLY
-    filter_user = {"mine": user_id, "user": who, "all": None}[scope]
-    found = runs.recent(rt, user_id=filter_user, status=command.status, limit=20)
-    if scope == "mine":
-        title = m.RUNS_SCOPE_MINE
-    elif scope == "all":
-        title = m.RUNS_SCOPE_ALL
-    else:
-        title = m.RUNS_SCOPE_USER.format(user=mention(who or ""))
-    if command.status is not None:
-        title = m.RUNS_SCOPE_STATUS.format(
-            scope=title, status=m.STATUS_WORDS.get(command.status.value, command.status.value)
-        )
-    return runs_blocks(m.RUNS_HEADER.format(scope=title), found, note)

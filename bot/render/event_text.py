@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot import messages as m
-from bot.mrkdwn import code, cut, escape, mention, one_line
+from bot.render import messages as m
+from bot.render.mrkdwn import code, cut, escape, mention, one_line
 from worker.events import GENERIC_KINDS, Event, EventKind, is_run_end
 
 Render = Callable[[Event, str], str]  # (event, its offset from the run's start) -> mrkdwn

@@ -14,10 +14,10 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from approvals import ApprovalRequest
-from bot import ids
-from bot import messages as m
-from bot.identity import UserGroups
-from bot.mrkdwn import date, escape, mention
+from bot.render import messages as m
+from bot.render.mrkdwn import date, escape, mention
+from bot.state.identity import UserGroups
+from bot.transport import ids
 from worker.roles import RolesUnavailable
 from worker.service.approvals import Deciders
 

@@ -1,11 +1,11 @@
 """Running the Slack bot: the Bolt app, served over Socket Mode or HTTP (`/slack/events`).
 
 In HTTP mode the server checks Slack's signature on the raw body before it reads anything
-(`bot.signature`; 401 otherwise), then the envelope (`bot.envelope`; 400), and Bolt checks
-the signature again (its RequestVerification stays on). Socket Mode needs neither, as the
-connection itself is authenticated with the app-level token. The server holds at most
-`max_connections` connections (one thread each); past that it answers 503 at once.
-"""
+(`bot.transport.signature`; 401 otherwise), then the envelope (`bot.transport.envelope`;
+400), and Bolt checks the signature again (its RequestVerification stays on). Socket Mode
+needs neither, as the connection itself is authenticated with the app-level token. The
+server holds at most `max_connections` connections (one thread each); past that it answers
+503 at once."""
 
 from __future__ import annotations
 
@@ -31,12 +31,12 @@ from slack_sdk import WebClient
 from slack_sdk.socket_mode.builtin import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 
-from bot import envelope, signature
-from bot.identity import GROUPS_TTL, Identity, user_groups
-from bot.installations import Home, Installations
 from bot.listeners import Bot, register
-from bot.surface import SlackSurface, with_rate_limit_retries
-from bot.threads import Threads
+from bot.outbound.slack_surface import SlackSurface, with_rate_limit_retries
+from bot.state.identity import GROUPS_TTL, Identity, user_groups
+from bot.state.installations import Home, Installations
+from bot.state.threads import Threads
+from bot.transport import envelope, signature
 from worker import metrics
 from worker.runtime import Runtime
 
@@ -64,7 +64,7 @@ def build_app(
     allowed_apps: Collection[str] = (),
 ) -> App:
     """The Bolt app with Switchboard's listeners. Calls `auth.test` once (Bolt does) and
-    once more to learn which workspace and app it serves (`bot.installations.Home`);
+    once more to learn which workspace and app it serves (`bot.state.installations.Home`);
     `allowed_teams`/`allowed_apps` add workspaces (or Enterprise Grid orgs) and apps whose
     requests are served too."""
     client = with_rate_limit_retries(WebClient(token=bot_token, base_url=api_url))

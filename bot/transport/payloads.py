@@ -1,6 +1,6 @@
 """Reading Slack's payloads: who asked or clicked, where, and about what, every id checked
-for its shape (`bot.ids`). Nothing here calls Slack or Redis, or is a Bolt listener: the
-listeners (`bot.listeners`, `bot.edit`, `bot.batch`) read their payloads through it.
+for its shape (`bot.transport.ids`). Nothing here calls Slack or Redis, or is a Bolt
+listener: the listeners (`bot.listeners`) read their payloads through it.
 
 A payload that lacks an id a listener needs reads as None (logged as malformed), so it is
 dropped, never half-handled. Everything in a payload is the sender's to forge: values are
@@ -13,14 +13,11 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-from bot import ids
-
-if TYPE_CHECKING:
-    from bot.identity import Identity
+from bot.transport import ids
 
 log = structlog.get_logger(__name__)
 
@@ -221,9 +218,6 @@ class Clicked:
             in_home=meta.get("home") == "1",
             home_page=page_number(meta.get("page")),
         )
-
-    def roles(self, identity: Identity) -> frozenset[str]:
-        return identity.roles(self.user, self.team)
 
     @property
     def card(self) -> dict[str, str] | None:

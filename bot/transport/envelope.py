@@ -5,7 +5,7 @@ signed body of the wrong shape (an `event` that is a string, `actions` that is e
 `view` without a `callback_id`) would raise inside Bolt and answer 500, which makes Slack
 retry. The HTTP server answers 400 instead, without dispatching. Only the fields Bolt and
 our listeners read are checked, and only their types: anything Slack really sends passes,
-and the listeners still check ids and values themselves (`bot.ids`).
+and the listeners still check ids and values themselves (`bot.transport.ids`).
 """
 
 from __future__ import annotations

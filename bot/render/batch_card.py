@@ -1,7 +1,7 @@
 """Several writes from one turn on one card: a decision per item, plus Approve all and
-Reject all. Each item stays its own request, bound to its own arguments, decided and
-recorded on its own (`approval_decided` per item); the batch is only a list of ids
-(`ApprovalStore.create_batch`) and the card that shows them.
+Reject all (bot.listeners.batch). Each item stays its own request, bound to its own
+arguments, decided and recorded on its own (`approval_decided` per item); the batch is
+only a list of ids (`ApprovalStore.create_batch`) and the card that shows them.
 """
 
 from __future__ import annotations
@@ -9,13 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from slack_bolt import Ack
-from slack_sdk import WebClient
 
 from approvals import ApprovalRequest
-from bot import ids
-from bot import messages as m
-from bot.blocks import (
+from bot.render import messages as m
+from bot.render.blocks import (
     APPROVE_ALL,
     EDIT,
     REJECT,
@@ -32,10 +29,7 @@ from bot.blocks import (
     outcome_text,
     section,
 )
-from bot.listeners.base import Bot, boundary, tell
-from bot.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
-from bot.payloads import Clicked
-from worker.service.decisions import decide_batch
+from bot.render.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
 
 log = structlog.get_logger(__name__)
 
@@ -121,33 +115,3 @@ def batch_card(
         )
     text = m.BATCH_FALLBACK.format(user=mention(first.requester), count=len(requests))
     return Message(text=text, blocks=blocks)
-
-
-@boundary
-def on_decide_all(
-    ack: Ack, body: dict[str, Any], action: dict[str, Any], client: WebClient, sb: Bot
-) -> None:
-    """Approve all / Reject all: every item still pending that the clicker may decide,
-    each decided (and checked) on its own. The button carries a batch id, not an
-    approval's: its own prelude, logged as `batch_click_rejected`."""
-    ack()
-    batch_id = ids.shaped(ids.BATCH, action.get("value"))
-    who = Clicked.of(body)
-    if batch_id is None or who is None:
-        log.warning("batch_click_rejected")
-        return
-    outcome = decide_batch(
-        sb.rt,
-        batch_id,
-        decider_id=who.user,
-        decider_roles=who.roles(sb.identity),
-        approve=action.get("action_id") == APPROVE_ALL,
-    )
-    if not outcome.found:
-        tell(client, who, m.APPROVAL_NOT_FOUND)
-    elif outcome.refused:
-        tell(client, who, m.NOT_ALLOWED_TO_DECIDE.format(approvers=escape(outcome.approvers)))
-    elif not outcome.decided:
-        tell(client, who, m.BATCH_NOTHING_LEFT)
-    if outcome.decided:
-        sb.surface.show_outcome(outcome.decided[-1], also=who.card)

@@ -1,7 +1,7 @@
 """Every string Switchboard shows in Slack, in one place, so it can be read as a whole.
 
 Templates use `str.format`. Values that come from people or the model are escaped by the
-caller (`bot.mrkdwn.escape`) before they are put into a template.
+caller (`bot.render.mrkdwn.escape`) before they are put into a template.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The Slack implementation of `worker.surface.Surface`: what a run shows in its thread.
 
 Called by the worker that holds the run's lease, always through `worker.surface.Guarded`
-(the one guard: a failure here is logged there and never ends a run). Keys this surface reads from `run.origin` (set by the
-listeners): `channel`, `thread_ts`, `assistant` ("1" in an assistant thread), `team` (the
-workspace: nothing is posted where the app was uninstalled, `bot.installations`); it writes
-`status_ts`, the ts of the one status message it keeps updating.
-"""
+(the one guard: a failure here is logged there and never ends a run). Keys this surface
+reads from `run.origin` (set by the listeners): `channel`, `thread_ts`, `assistant` ("1" in
+an assistant thread), `team` (the workspace: nothing is posted where the app was
+uninstalled, `bot.state.installations`); it writes `status_ts`, the ts of the one status
+message it keeps updating."""
 
 from __future__ import annotations
 
@@ -20,22 +20,22 @@ from slack_sdk.errors import SlackClientError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from approvals import ApprovalRequest
-from bot import messages as m
-from bot import reminders
-from bot.batch import ITEMS_PER_CARD, batch_card
-from bot.blocks import (
+from bot.outbound import reminder_dms as reminders
+from bot.outbound.answers import AnswerStreams, StreamedAnswer, flag_ungrounded
+from bot.outbound.throttle import Throttle
+from bot.render import messages as m
+from bot.render.batch_card import ITEMS_PER_CARD, batch_card
+from bot.render.blocks import (
     Message,
     answer_messages,
     approval_card,
     outcome_text,
     status_final,
 )
-from bot.blocks import status_working as status_working_message
-from bot.identity import UserGroups, user_groups
-from bot.installations import Installations
-from bot.mrkdwn import channel as channel_link
-from bot.stream import AnswerStreams, StreamedAnswer, flag_ungrounded
-from bot.throttle import Throttle
+from bot.render.blocks import status_working as status_working_message
+from bot.render.mrkdwn import channel as channel_link
+from bot.state.identity import UserGroups, user_groups
+from bot.state.installations import Installations
 from tools.registry import Tool
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
@@ -177,7 +177,8 @@ class SlackSurface:
             self._post_card(request, elsewhere, None, self.card(request, tool.description, note))
 
     def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
-        """One turn's writes on one card (bot.batch), ITEMS_PER_CARD at most per card."""
+        """One turn's writes on one card (bot.render.batch_card), ITEMS_PER_CARD at most a
+        card."""
         if self.gone(run):
             return
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
@@ -291,7 +292,7 @@ class SlackSurface:
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
 
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
-        """DM the people who may decide, with a link to the card (bot.reminders)."""
+        """DM the people who may decide, with a link to the card (bot.outbound.reminder_dms)."""
         if self.gone(run):
             return
         if self._groups is None:
@@ -301,7 +302,7 @@ class SlackSurface:
         if escalated:  # the cards say who may decide now
             self.show_outcome(request)
 
-    # -- the answer as it is written (bot/stream.py) -----------------------------------------
+    # -- the answer as it is written (bot/outbound/answers.py) -----------------------------
 
     def answer_stream(self, run: Run) -> StreamedAnswer | None:
         """Where the model's answer text goes while it writes it (`worker.streaming`)."""

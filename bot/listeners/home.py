@@ -7,7 +7,7 @@ import calendar
 import time
 from typing import Any
 
-from bot.views import home_view
+from bot.render.views import home_view
 from worker.run import RunStatus
 from worker.runtime import Runtime
 from worker.service import Access, approvals, runs

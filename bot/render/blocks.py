@@ -11,8 +11,8 @@ from typing import Any
 
 from approvals import ApprovalRequest, ApprovalStatus
 from approvals.edits import changes, shown
-from bot import messages as m
-from bot.mrkdwn import (
+from bot.render import messages as m
+from bot.render.mrkdwn import (
     clock,
     code,
     code_block,

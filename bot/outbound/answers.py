@@ -38,9 +38,9 @@ import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from bot import messages as m
-from bot.blocks import Message, context
-from bot.mrkdwn import escape, safe_links, to_mrkdwn
+from bot.render import messages as m
+from bot.render.blocks import Message, context
+from bot.render.mrkdwn import escape, safe_links, to_mrkdwn
 from worker.keys import Keys
 from worker.run import Run
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from approvals import ApprovalRequest
 from approvals.request import INSTRUCTIONS_MAX
-from bot import messages as m
-from bot.blocks import (
+from bot.render import messages as m
+from bot.render.blocks import (
     EDIT,
     HOME_PAGE,
     REJECT,
@@ -30,8 +30,8 @@ from bot.blocks import (
     section,
     why,
 )
-from bot.event_text import event_line, short_code
-from bot.mrkdwn import (
+from bot.render.event_text import event_line, short_code
+from bot.render.mrkdwn import (
     channel,
     cut,
     date,

@@ -15,7 +15,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from bot import ids
+from bot.transport import ids
 
 _LINK = re.compile(r"\[([^\[\]\n|]{1,300})\]\((https?://[^\s()<>|]{1,1500})\)")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")

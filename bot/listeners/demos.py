@@ -5,8 +5,8 @@ candidate is never shown to the model until an admin accepts it with
 
 from __future__ import annotations
 
-from bot import messages as m
-from bot.mrkdwn import escape
+from bot.render import messages as m
+from bot.render.mrkdwn import escape
 from worker.run import Run
 from worker.runtime import Runtime
 from worker.service import library
