@@ -16,6 +16,7 @@ from approvals import ApprovalRequest
 from switchboard.console import local_user
 from switchboard.render import plain, short, when
 from switchboard.settings import Config
+from switchboard.verbs import help_of
 from switchboard.wiring import open_runtime
 from tools.exceptions import OperatorError
 from worker import service
@@ -28,9 +29,7 @@ class ApprovalNotFoundError(OperatorError):
 
 
 def add_command(verbs: Any) -> None:
-    parser = verbs.add_parser(
-        "approvals", help="pending approvals: list, show, approve, reject", description=__doc__
-    )
+    parser = verbs.add_parser("approvals", help=help_of("approvals"), description=__doc__)
     parser.set_defaults(handler=lambda c, a: _help(parser))
     sub = parser.add_subparsers(title="approvals commands", metavar="ACTION")
     p = sub.add_parser("list", help="approvals waiting for a decision, oldest first")

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from switchboard.settings import Config
+from switchboard.verbs import help_of
 from switchboard.wiring import load_tools, open_runtime, task_library
 from tools.registry import registry
 from worker.library import (
@@ -28,9 +29,7 @@ NO_SHIPPED_LIBRARY = (
 
 
 def add_commands(verbs: Any) -> None:
-    demos = verbs.add_parser(
-        "demos", help="the task library of demonstrations", description=__doc__
-    )
+    demos = verbs.add_parser("demos", help=help_of("demos"), description=__doc__)
     demos.set_defaults(handler=lambda c, a: _help(demos))
     sub = demos.add_subparsers(title="demos commands", metavar="ACTION")
     p = sub.add_parser("check", help="validate every demonstration against the tools")

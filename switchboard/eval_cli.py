@@ -24,6 +24,7 @@ from evals.report import report, table
 from switchboard import logs
 from switchboard.redisconn import connect
 from switchboard.settings import Config
+from switchboard.verbs import help_of
 from switchboard.wiring import assemble_runtime, load_policy, load_tools, runtime_settings
 from tools.builtin.tickets import TicketStore
 from tools.policy import Policy
@@ -40,7 +41,7 @@ AS_EXPECTED = (Outcome.COMPLETED_WITH_EVIDENCE, Outcome.SAFE_PARTIAL)
 def add_command(verbs: Any) -> None:
     p = verbs.add_parser(
         "eval",
-        help="run evaluation cases through the real pipeline and score them",
+        help=help_of("eval"),
         description=(
             "Runs every case through Redis, the queue, a worker and the approval flow, and "
             "reports per case and in total: completed with evidence, incorrect completions, "

@@ -9,13 +9,14 @@ from typing import Any
 
 from switchboard.errors import CliError
 from switchboard.settings import Config
+from switchboard.verbs import help_of
 from switchboard.wiring import open_runtime
 from worker.run import RunStatus
 from worker.service import runs
 
 
 def add_command(verbs: Any) -> None:
-    runs = verbs.add_parser("runs", help="inspect runs", description="inspect runs")
+    runs = verbs.add_parser("runs", help=help_of("runs"), description=help_of("runs"))
     runs.set_defaults(handler=lambda c, a: _usage(runs))
     run_verbs = runs.add_subparsers(title="runs commands", metavar="ACTION")
     p = run_verbs.add_parser("list", help="recent runs, newest first")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from switchboard import logs
 from switchboard.settings import Config
+from switchboard.verbs import help_of
 from switchboard.wiring import check_tools, load_policy, load_tools, profile_demo_problems
 from tools.exceptions import OperatorError, PolicyError
 from tools.policy import Policy
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 # -- what the operator reads ------------------------------------------------------
 
-HELP = "registered tools and who may call them; `check` validates tools, MCP servers and policy"
 CHECK_HELP = "`check` loads every tool source and validates the policy file against the tools"
 NO_FILE = "none (SWITCHBOARD_POLICY is unset): the built-in defaults apply"
 BUILT_IN = "built-in default"
@@ -70,7 +70,7 @@ NO_CHANNELS = "no channels"
 
 
 def add_command(verbs: Any) -> None:
-    p = verbs.add_parser("tools", help=HELP, description=__doc__)
+    p = verbs.add_parser("tools", help=help_of("tools"), description=__doc__)
     p.set_defaults(handler=cmd_tools)
     p.add_argument("action", nargs="?", choices=["check"], help=CHECK_HELP)
     p.add_argument("--profile", metavar="NAME", help=PROFILE_HELP)
