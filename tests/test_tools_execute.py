@@ -34,17 +34,16 @@ def schema_tool(handler: Any, **options: Any) -> Tool:
 
 def test_a_string_result_is_the_observation() -> None:
     observation = execute(schema_tool(lambda ctx, args: f"hello {ctx.user_id}"), CTX, {})
-    assert observation == Observation(ok=True, text="hello U1", truncated=False, value="hello U1")
+    assert observation == Observation(ok=True, text="hello U1", truncated=False)
 
 
-def test_other_results_become_compact_json_and_keep_the_value() -> None:
+def test_other_results_become_compact_json() -> None:
     result = {"fee": 1999, "tags": ["a", "é"], "ok": True, "none": None}
     observation = execute(schema_tool(lambda ctx, args: result), CTX, {})
     assert observation.text == '{"fee":1999,"tags":["a","é"],"ok":true,"none":null}'
-    assert observation.value == result
 
 
-def test_odd_types_are_serialized_with_str_and_have_no_value() -> None:
+def test_odd_types_are_serialized_with_str() -> None:
     @dataclasses.dataclass
     class Point:
         x: int
@@ -54,7 +53,6 @@ def test_odd_types_are_serialized_with_str_and_have_no_value() -> None:
     )
     assert observation.ok
     assert observation.text == '{"day":"2024-05-01","p":{"x":1},"s":[3]}'
-    assert observation.value is None
 
 
 def test_exceptions_become_error_observations() -> None:

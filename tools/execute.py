@@ -28,14 +28,12 @@ MAX_ERROR_CHARS = 1000
 class Observation:
     """What a tool call produced, as the model will read it.
 
-    `text` is already capped and says when it was truncated; `value` is the
-    raw return value when it is JSON-serializable (for grounding), else None.
+    `text` is already capped and says when it was truncated.
     """
 
     ok: bool
     text: str
     truncated: bool = False
-    value: Any = None
 
 
 def execute(
@@ -97,7 +95,7 @@ def observe(result: Any, output_cap: int) -> Observation:
     """Turn a handler's return value into an ok observation of at most `output_cap` chars."""
     text = result if isinstance(result, str) else to_json_text(result)
     text, truncated = cap_text(valid_unicode(text), output_cap)
-    return Observation(ok=True, text=text, truncated=truncated, value=_json_value(result))
+    return Observation(ok=True, text=text, truncated=truncated)
 
 
 def to_json_text(value: Any) -> str:
@@ -187,14 +185,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, set | frozenset):
         return sorted(value, key=str)
     return str(value)
-
-
-def _json_value(value: Any) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        return None
-    return value
 
 
 def valid_unicode(text: str) -> str:

@@ -27,10 +27,10 @@ from worker.run import RunStatus
 class EventKind(StrEnum):
     """What happened, as the log records it (the value is what is stored)."""
 
-    # worker/service.py
+    # worker/service/ (asking, decisions, runs)
     RUN_CREATED = "run_created"
     WAITING_IN_LINE = "waiting_in_line"
-    DECISION_REFUSED = "decision_refused"  # also bot/listeners.py
+    DECISION_REFUSED = "decision_refused"
     APPROVAL_DECIDED = "approval_decided"
     CANCEL_REQUESTED = "cancel_requested"
     # worker/loop.py

@@ -23,7 +23,6 @@ from bot.listeners.base import (
     boundary,
     clicked,
     clicked_request,
-    decide,
     may_not_decide,
     publish_home,
     tell,
@@ -40,7 +39,7 @@ from bot.transport import ids
 from bot.transport.payloads import Clicked, dig, page_number, read_metadata, user_team
 from worker import service
 from worker.run import Run
-from worker.service import runs
+from worker.service import decisions, runs
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +57,11 @@ def on_approve(
     if found is None:
         return
     who, approval_id = found
-    after_decision(sb, client, who, decide(sb, approval_id, who, approve=True))
+    roles = sb.identity.roles(who.user, who.team)
+    outcome = decisions.decide(
+        sb.rt, approval_id, decider_id=who.user, decider_roles=roles, approve=True
+    )
+    after_decision(sb, client, who, outcome)
 
 
 @boundary
@@ -95,7 +98,15 @@ def on_reject_submitted(
         view, "state", "values", REJECT_INSTRUCTIONS_BLOCK, REJECT_INSTRUCTIONS_INPUT, "value"
     )
     instructions = told[:INSTRUCTIONS_MAX] if isinstance(told, str) else ""
-    outcome = decide(sb, approval_id, who, approve=False, reason=reason, instructions=instructions)
+    outcome = decisions.decide(
+        sb.rt,
+        approval_id,
+        decider_id=user,
+        decider_roles=sb.identity.roles(user, who.team),
+        approve=False,
+        reason=reason,
+        instructions=instructions,
+    )
     after_decision(sb, client, who, outcome)
 
 

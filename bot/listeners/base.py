@@ -1,6 +1,6 @@
 """What every listener shares: the `Bot` they are given, the `boundary` they run inside,
 the click prelude of every button (`clicked`, `clicked_request`), answering the person who
-clicked (`tell`), deciding a request (`decide`, `after_decision`) and the App Home
+clicked (`tell`), what follows a decision (`after_decision`) and the App Home
 (`publish_home`). `bot.listeners.edit` and `bot.listeners.batch` use these too.
 
 Who may do what is asked of `Bot.access` (worker.service.Access, where every check is
@@ -173,32 +173,7 @@ def may_not_decide(client: WebClient, who: Clicked, request: ApprovalRequest, sb
     return False
 
 
-# -- deciding ------------------------------------------------------------------------------
-
-
-def decide(
-    sb: Bot,
-    approval_id: str,
-    who: Clicked,
-    *,
-    approve: bool,
-    reason: str = "",
-    edited_args: dict[str, Any] | None = None,
-    instructions: str = "",
-    roles: frozenset[str] | None = None,
-) -> service.DecisionOutcome:
-    """The clicker decides (worker.service.decide). `roles`: the decider's, when the caller
-    has them already (asked of Slack once for several decisions)."""
-    return service.decide(
-        sb.rt,
-        approval_id,
-        decider_id=who.user,
-        decider_roles=sb.identity.roles(who.user, who.team) if roles is None else roles,
-        approve=approve,
-        reason=reason,
-        edited_args=edited_args,
-        instructions=instructions,
-    )
+# -- after a decision ----------------------------------------------------------------------
 
 
 def after_decision(

@@ -17,7 +17,7 @@ from bot.render import messages as m
 from bot.render.mrkdwn import mention
 from bot.render.views import runs_blocks
 from bot.transport.payloads import Asked
-from bot.transport.slash import Command, parse
+from bot.transport.slash import Command, Scope, Verb, parse
 from worker.runtime import Runtime
 from worker.service import runs
 
@@ -34,19 +34,19 @@ def on_command(ack: Ack, command: dict[str, Any], client: WebClient, sb: Bot) ->
         return
     user = asked.user
     parsed = parse(asked.text)
-    if parsed.verb == "help":
+    if parsed.verb == Verb.HELP:
         answer(client, asked, text=m.HELP)
-    elif parsed.verb == "error":
+    elif parsed.verb == Verb.ERROR:
         answer(client, asked, text=parsed.error)
-    elif parsed.verb == "runs":
+    elif parsed.verb == Verb.RUNS:
         admin = sb.access.may_administer(sb.identity.roles(user, asked.team))
         blocks = runs_listing(sb.rt, parsed, user, admin)
         answer(client, asked, text=m.RUNS_FALLBACK, blocks=blocks)
-    elif parsed.verb == "run" and parsed.run_id:
+    elif parsed.verb == Verb.RUN and parsed.run_id:
         problem = show_run(sb, client, parsed.run_id, user, asked.team, asked.trigger_id)
         if problem:
             answer(client, asked, text=problem)
-    elif parsed.verb == "cancel" and parsed.run_id:
+    elif parsed.verb == Verb.CANCEL and parsed.run_id:
         answer(client, asked, text=cancel_run(sb, parsed.run_id, user, asked.team))
     log.info("command", verb=parsed.verb, user=user, channel=asked.channel)
 
@@ -73,15 +73,15 @@ def answer(
 def runs_listing(rt: Runtime, command: Command, user_id: str, admin: bool) -> list[dict[str, Any]]:
     """What `/switchboard runs` shows: a non-admin only ever sees their own runs."""
     scope, who, note = command.scope, command.user, ""
-    if scope == "user" and who == user_id:
-        scope = "mine"
-    if scope in ("all", "user") and not admin:
-        scope, note = "mine", m.RUNS_ADMIN_ONLY
-    filter_user = {"mine": user_id, "user": who, "all": None}[scope]
+    if scope == Scope.USER and who == user_id:
+        scope = Scope.MINE
+    if scope in (Scope.ALL, Scope.USER) and not admin:
+        scope, note = Scope.MINE, m.RUNS_ADMIN_ONLY
+    filter_user = {Scope.MINE: user_id, Scope.USER: who, Scope.ALL: None}[scope]
     found = runs.recent(rt, user_id=filter_user, status=command.status, limit=20)
-    if scope == "mine":
+    if scope == Scope.MINE:
         title = m.RUNS_SCOPE_MINE
-    elif scope == "all":
+    elif scope == Scope.ALL:
         title = m.RUNS_SCOPE_ALL
     else:
         title = m.RUNS_SCOPE_USER.format(user=mention(who or ""))

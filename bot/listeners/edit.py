@@ -13,7 +13,6 @@ from slack_sdk import WebClient
 
 from approvals import ApprovalRequest
 from approvals.edits import EditRefused
-from bot.listeners import base
 from bot.listeners.base import (
     Bot,
     after_decision,
@@ -78,19 +77,18 @@ def on_edit_submitted(
         return
     first = next((f.block_id for f in fields(tool, request.args) if f.kind != "fixed"), "a0")
     team = user_team(body)[:64]
+    roles: frozenset[str] = frozenset()
+    problem = ""
     try:
         roles = sb.identity.roles(user, team, wait=MODAL_ROLES_WAIT)
     except RolesUnavailable:  # answered in the modal: the ack must come within 3 s
-        roles = None
+        problem = m.ROLES_UNAVAILABLE
     refusal = (
         None
-        if roles is None
+        if problem
         else decisions.edit_refusal(sb.rt, request, user, roles, meta.get("binding"))
     )
-    problem = ""
-    if roles is None:
-        problem = m.ROLES_UNAVAILABLE
-    elif refusal == decisions.EditRefusal.ALREADY_DECIDED:
+    if refusal == decisions.EditRefusal.ALREADY_DECIDED:
         problem = m.ALREADY_DECIDED.format(outcome=outcome_text(request))
     elif refusal == decisions.EditRefusal.STALE:
         problem = m.EDIT_STALE
@@ -113,5 +111,7 @@ def on_edit_submitted(
         return
     ack()
     who = Clicked.submitted(user, team, meta)
-    outcome = base.decide(sb, request.id, who, approve=True, edited_args=args)
+    outcome = decisions.decide(
+        sb.rt, request.id, decider_id=user, decider_roles=roles, approve=True, edited_args=args
+    )
     after_decision(sb, client, who, outcome)

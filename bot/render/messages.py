@@ -167,8 +167,6 @@ CARD_DECIDED_FALLBACK = "Approval for {tool}: {outcome}"
 NOT_ALLOWED_TO_DECIDE = "You can't decide this one. Who may: {approvers}."
 ALREADY_DECIDED = "This was already decided: {outcome}."
 APPROVAL_NOT_FOUND = "I can't find that approval request any more; it may have expired."
-DECIDED_APPROVED = "Approved. Switchboard is running {tool} now."
-DECIDED_REJECTED = "Rejected. Switchboard will tell the model it may not run {tool}."
 CANCELLING = "Cancelling run `{run_id}`. It stops at its next step."
 CANCEL_NOT_ALLOWED = "Only the person who asked or an admin can cancel run `{run_id}`."
 CANCEL_ALREADY_ENDED = "Run `{run_id}` has already ended."
@@ -205,7 +203,6 @@ STILL_WORKING = (
 EMPTY_MENTION = (
     "Ask me a question after the mention, e.g. `@Switchboard what does SQL Basics cost?`"
 )
-SUBMIT_FAILED = ":x: I couldn't start on that because of an internal problem. Please try again."
 ROLES_UNAVAILABLE = (
     ":warning: Nothing was done: I couldn't check your Slack user groups just now, and they "
     "decide what you may do here. Please try again in a minute; if this keeps happening, "

@@ -12,7 +12,6 @@ from typing import Any
 
 USER = re.compile(r"[UW][A-Z0-9]{1,20}")
 CHANNEL = re.compile(r"[CGD][A-Z0-9]{1,20}")
-TEAM = re.compile(r"[TE][A-Z0-9]{1,20}")
 TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")  # a message ts: "1700000000.000100"
 EVENT = re.compile(r"Ev[A-Za-z0-9]{1,60}")
 TRIGGER = re.compile(r"[A-Za-z0-9.]{1,200}")
