@@ -1,5 +1,6 @@
 """The `knowledge_lookup` built-in over the shipped catalog and custom files."""
 
+import json
 import os
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def test_the_tool_returns_json_and_errors_as_observations() -> None:
     ctx = ToolContext(user_id="U1")
     found = execute(tool, ctx, {"name": "SQL Basics"})
     assert found.ok
-    assert found.value["fee"] == 2499
+    assert json.loads(found.text)["fee"] == 2499
     assert '"fee":2499' in found.text
     missed = execute(tool, ctx, {"name": "Djngo Fundamentals"})
     assert not missed.ok

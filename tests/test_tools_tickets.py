@@ -1,9 +1,11 @@
 """The SQLite ticket tracker: effects, exactly-once writes and reconcile hooks."""
 
+import json
 import sqlite3
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,28 @@ def ctx(key: str | None = None, user: str = "U0ALICE") -> ToolContext:
     return ToolContext(user_id=user, run_id="run1", call_id="call1", idempotency_key=key)
 
 
-def run(name: str, args: dict[str, Any], context: ToolContext) -> Observation:
+@dataclass(frozen=True)
+class Ran:
+    """A call's observation, and the JSON the model reads in its text."""
+
+    observation: Observation
+
+    @property
+    def ok(self) -> bool:
+        return self.observation.ok
+
+    @property
+    def text(self) -> str:
+        return self.observation.text
+
+    @property
+    def value(self) -> Any:
+        return json.loads(self.observation.text)
+
+
+def run(name: str, args: dict[str, Any], context: ToolContext) -> Ran:
     tool: Tool = TOOLS[name]
-    return execute(tool, context, tool.validate(args))
+    return Ran(execute(tool, context, tool.validate(args)))
 
 
 def test_effects_and_the_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -154,7 +175,7 @@ def test_reconcile_returns_the_stored_result_for_the_key(store: TicketStore) -> 
     args = tool.validate({"project": "HR", "title": "New starter laptop"})
     assert tool.reconcile is not None
     assert tool.reconcile(ctx("approval-3"), args) is None
-    created = execute(tool, ctx("approval-3"), args)
+    created = Ran(execute(tool, ctx("approval-3"), args))
     assert tool.reconcile(ctx("approval-3"), args) == created.value
     assert tool.reconcile(ctx("approval-4"), args) is None
     assert tool.reconcile(ctx(None), args) is None
@@ -165,7 +186,7 @@ def test_reconcile_returns_the_stored_result_for_the_key(store: TicketStore) -> 
     close_args = close.validate({"ticket_id": created.value["id"], "resolution": "Ordered"})
     assert close.reconcile is not None
     assert close.reconcile(ctx("approval-5"), close_args) is None
-    closed = execute(close, ctx("approval-5"), close_args)
+    closed = Ran(execute(close, ctx("approval-5"), close_args))
     assert close.reconcile(ctx("approval-5"), close_args) == closed.value
 
     update = TOOLS["update_ticket"]
