@@ -1,8 +1,10 @@
 """The image's HEALTHCHECK: GET the port the container's command opened.
 
 `--metrics-port N` -> /livez on N (the process answers); else `--http [--port N]` -> /healthz
-on N (default 3000). A command that opened neither (a Socket Mode bot without metrics, a
-CLI verb) has nothing to probe and counts as healthy. Exit 0 healthy, 1 not.
+on N (default 3000). A command that opened neither (a Socket Mode bot without
+`--metrics-port`) has nothing that answers: unhealthy, saying so, since "healthy" would be
+said of a process that may be wedged. The image's default command opens 9100. Exit 0
+healthy, 1 not.
 
     python deploy/healthcheck.py [PID]     (default 1: the container's command)
 """
@@ -30,7 +32,11 @@ def main(pid: str = "1") -> int:
         argv = [a.decode() for a in cmdline.read().split(b"\0") if a]
     url = target(argv)
     if url is None:
-        return 0
+        print(
+            "unhealthy: the command opened no port to probe; add --metrics-port 9100",
+            file=sys.stderr,
+        )
+        return 1
     try:
         with urllib.request.urlopen(url, timeout=4) as response:
             return 0 if response.status == 200 else 1

@@ -127,6 +127,15 @@ def slack_missing(names: list[str]) -> ConfigError:
     )
 
 
+def example_placeholder(names: list[str]) -> ConfigError:
+    verb = "is" if len(names) == 1 else "are"
+    return ConfigError(
+        f"{' and '.join(names)} {verb} still the example placeholder from .env.example",
+        origin(names[0]),
+        f"put the real {'value' if len(names) == 1 else 'values'} in, as {SLACK_SECTION} shows",
+    )
+
+
 def slack_token_shape(name: str, prefix: str, value: str) -> ConfigError:
     other = {
         "SLACK_BOT_TOKEN": "the app-level xapp- token goes in SLACK_APP_TOKEN",

