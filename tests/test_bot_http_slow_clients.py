@@ -1,0 +1,206 @@
+"""Issue 21, item 1: slow or hostile clients cannot take the HTTP bot off Slack.
+
+The attack that broke the old server: 70 connections that each send one header line every
+few seconds held all 64 of its connection threads (its timeout was per `recv`, which a
+trickle never hits), and correctly signed events got 503 or a refused connection. Over real
+sockets to bot.serve's server with the real Bolt app, FakeSlack and a real Redis behind it.
+"""
+
+from __future__ import annotations
+
+import errno
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_server import app_mention, event_callback
+from tests.support.runtime import wait_until
+from tests.support.slack_bot import ALICE, BotEnv, bot_env
+
+TRICKLERS = 70
+TRICKLE_EVERY = 2.0  # seconds between two header lines of one slow connection
+EVENTS = 5
+SLACK_ACK = 3.0  # Slack's deadline for an answer
+
+
+class Tricklers:
+    """`count` connections that send a request line, then one header line every `every`
+    seconds and never finish their headers (the slowloris attack)."""
+
+    def __init__(self, port: int, count: int, every: float) -> None:
+        self.port = port
+        self.every = every
+        self.sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+        for sock in self.sockets:
+            sock.sendall(b"POST /slack/events HTTP/1.1\r\nHost: bot\r\n")
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._trickle, daemon=True)
+        self.rounds = 0  # header lines each connection has sent after its request line
+
+    def _trickle(self) -> None:
+        while not self.stop.wait(self.every):
+            line = self.rounds + 1
+            for sock in self.sockets:
+                try:
+                    sock.sendall(f"X-Trickle-{line}: {line}\r\n".encode())
+                except OSError:  # the server closed it: it stays closed
+                    continue
+            self.rounds = line
+
+    def __enter__(self) -> Tricklers:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for sock in self.sockets:
+            sock.close()
+
+    def answered(self) -> list[bytes]:
+        """What the server sent each connection that it answered or closed (b"" when closed
+        without a word); connections still waiting are left out."""
+        found = []
+        for sock in self.sockets:
+            try:
+                data = sock.recv(200, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue  # open, nothing said: still trickling
+            except OSError as exc:  # reset by the server
+                found.append(errno.errorcode.get(exc.errno or 0, "reset").encode())
+                continue
+            found.append(data)
+        return found
+
+    def settled(self) -> bool:
+        """Every connection was taken by the server (it holds an accepted socket for it) or
+        was answered: the server has seen them all."""
+        accepted = {
+            c.raddr.port
+            for c in psutil.Process().net_connections(kind="tcp")
+            if c.laddr and c.laddr.port == self.port and c.raddr
+        }
+        mine = {s.getsockname()[1] for s in self.sockets}
+        return len(mine & accepted) + len(self.answered()) >= len(self.sockets)
+
+
+@pytest.fixture
+def bot(redis_conn: redis.Redis, model_server: FakeOpenAI, tmp_path: Path) -> Iterator[BotEnv]:
+    with bot_env(redis_conn, model_server.url, tmp_path) as env:
+        yield env
+
+
+def timed_event(env: BotEnv, n: int) -> tuple[int, float]:
+    body = json.dumps(event_callback(app_mention(f"<@UBOT> question {n}", user=ALICE)))
+    started = time.monotonic()
+    try:
+        response = env.post(body, timeout=SLACK_ACK + 2)
+    except OSError as exc:  # refused or reset: what Slack saw from the old server
+        return -1 if exc.errno is None else -exc.errno, time.monotonic() - started
+    return response.status, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_seventy_trickling_connections_leave_signed_events_answered_within_slacks_3s(
+    bot: BotEnv,
+) -> None:
+    """Before: the 64 connection threads were all held by tricklers; the events got 503."""
+    with Tricklers(bot.server.port, TRICKLERS, TRICKLE_EVERY) as slow:
+        wait_until(slow.settled, what="the server to have seen every slow connection")
+        wait_until(lambda: slow.rounds >= 1, what="a header line more from each")
+        results = [timed_event(bot, n) for n in range(EVENTS)]
+        still_open = TRICKLERS - len(slow.answered())
+    assert [status for status, _ in results] == [200] * EVENTS, results
+    assert max(elapsed for _, elapsed in results) < SLACK_ACK, results
+    assert still_open == TRICKLERS  # the attack was on all along: nobody was cut off early
+    bot.wait_for_runs(EVENTS)
+
+
+def test_a_request_that_trickles_is_cut_at_the_whole_request_deadline(
+    redis_conn: redis.Redis, model_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Headers or a body that keep arriving, slowly, do not keep a connection: the deadline
+    is for the whole request, not for each read (the old server's timeout was per read)."""
+    with bot_env(redis_conn, model_server.url, tmp_path, request_seconds=1.0) as env:
+        port = env.server.port
+        clients = {  # what each sends first, then what it sends every TRICKLE seconds
+            "headers": (b"POST /slack/events HTTP/1.1\r\nHost: bot\r\n", b"X-More: 1\r\n"),
+            "body": (
+                b"POST /slack/events HTTP/1.1\r\nHost: bot\r\nContent-Length: 100\r\n\r\n{",
+                b"a",
+            ),
+            "silent": (b"", b""),  # connects and says nothing at all
+        }
+        sockets = {name: socket.create_connection(("127.0.0.1", port)) for name in clients}
+        started = time.monotonic()
+        for name, (first, _) in clients.items():
+            sockets[name].sendall(first)
+        cut: dict[str, bytes] = {}
+        try:
+            while len(cut) < len(clients) and time.monotonic() - started < 10:
+                time.sleep(TRICKLE)  # the trickle itself: one line or byte at a time
+                for name, (_, more) in clients.items():
+                    if name not in cut:
+                        cut.update(trickle(name, sockets[name], more))
+            elapsed = time.monotonic() - started
+        finally:
+            for sock in sockets.values():
+                sock.close()
+    assert set(cut) == set(clients), cut
+    assert elapsed < 5, elapsed  # the deadline (1 s) and a tick, not the 10 s this kept sending
+    for name in clients:
+        assert cut[name].startswith(b"HTTP/1.1 408"), cut
+
+
+TRICKLE = 0.2
+
+
+def trickle(name: str, sock: socket.socket, more: bytes) -> dict[str, bytes]:
+    """{name: what the server said} once it answered or closed; else send `more`."""
+    try:
+        return {name: sock.recv(200, socket.MSG_DONTWAIT)}
+    except BlockingIOError:
+        pass
+    except OSError as exc:
+        return {name: f"error {exc}".encode()}
+    try:
+        sock.sendall(more)
+    except OSError as exc:
+        return {name: f"error {exc}".encode()}
+    return {}
+
+
+def test_livez_answers_without_asking_redis_and_healthz_asks_it(bot: BotEnv) -> None:
+    def get(path: str) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", bot.server.port, timeout=5)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    assert get("/livez")[0] == 200
+    assert get("/healthz")[0] == 200
+    bot.rt.redis.connection_pool.disconnect()
+    broken = redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
+    healthy = bot.rt.redis
+    bot.rt.redis = broken  # Redis is gone: not ready, but alive (no restart for Redis's sake)
+    try:
+        status, body = get("/healthz")
+        assert status == 503 and b"redis" in body
+        assert get("/livez")[0] == 200
+    finally:
+        bot.rt.redis = healthy
+        broken.close()
