@@ -400,6 +400,6 @@ def on_edit_submitted(
         )
         return
     ack()
-    who = Clicked.submitted(user, team, meta)
+    who = Clicked.submitted(user, team, meta, request.cards)
     outcome = decide(sb, request.id, who, approve=True, edited_args=args)
     after_decision(sb, client, who, outcome)

@@ -87,7 +87,8 @@ def on_reject_submitted(
         log.warning("reject_submission_rejected")
         return
     typed = dig(view, "state", "values", REJECT_REASON_BLOCK, REJECT_REASON_INPUT, "value")
-    who = Clicked.submitted(user, user_team(body)[:64], meta)
+    request = sb.rt.approvals.find(approval_id)  # where its cards are: not the metadata's say
+    who = Clicked.submitted(user, user_team(body)[:64], meta, request.cards if request else [])
     reason = typed[:REASON_MAX] if isinstance(typed, str) else ""
     told = dig(
         view, "state", "values", REJECT_INSTRUCTIONS_BLOCK, REJECT_INSTRUCTIONS_INPUT, "value"
