@@ -207,6 +207,11 @@ class SlackEvents:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        if sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > MAX_HEADERS:
+            # h11 refuses incomplete headers past MAX_HEADERS; whole ones that came in one
+            # read (up to 256 kB) reach here
+            await respond(send, 431, {"error": "headers too large"}, close=True)
+            return
         if method == "POST" and path == EVENTS_PATH:
             await self.event(scope, receive, send)
         elif method in ("GET", "HEAD") and path == LIVE_PATH:

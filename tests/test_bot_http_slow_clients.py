@@ -8,12 +8,17 @@ sockets to bot.serve's server with the real Bolt app, FakeSlack and a real Redis
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import http.client
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +29,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.slack_server import app_mention, event_callback
+from tests.fakes.slack_server import FakeSlack, app_mention, event_callback, send_signed
+from tests.support.processes import worker_env
 from tests.support.runtime import wait_until
 from tests.support.slack_bot import ALICE, BotEnv, bot_env
 
@@ -204,3 +210,91 @@ def test_livez_answers_without_asking_redis_and_healthz_asks_it(bot: BotEnv) -> 
     finally:
         bot.rt.redis = healthy
         broken.close()
+
+
+@pytest.mark.slow
+def test_the_http_bot_from_the_command_line_serves_both_secrets_and_stops_on_sigterm(
+    redis_url: str, model_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """`switchboard bot --http` as an operator runs it: uvicorn in the main thread, the
+    signing secrets from the environment, SIGTERM answered by a clean stop (exit 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "data").mkdir()
+    with FakeSlack(tokens={"xoxb-good"}) as slack:
+        env = worker_env(
+            redis_url,
+            model_server.url,
+            tmp_path,
+            SLACK_BOT_TOKEN="xoxb-good",
+            SLACK_SIGNING_SECRET="the-new-secret",
+            SLACK_SIGNING_SECRET_PREVIOUS="the-old-secret",
+            SLACK_API_URL=slack.url,
+        )
+        command = [sys.executable, "-m", "switchboard", "bot", "--http", "--port", str(port)]
+        with subprocess.Popen(
+            command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+        ) as bot:
+            try:
+                base = f"http://127.0.0.1:{port}"
+                wait_until(lambda: alive(base), timeout=60, what="the bot to answer /livez")
+                body = json.dumps(event_callback(app_mention("<@UBOT> hi", user=ALICE)))
+                events = base + "/slack/events"
+                old = send_signed(events, "the-old-secret", body)
+                wrong = send_signed(events, "not-a-secret-of-ours", body)
+                assert (old.status, wrong.status) == (200, 401)
+                bot.send_signal(signal.SIGTERM)
+                _, err = bot.communicate(timeout=30)
+            finally:
+                if bot.poll() is None:
+                    bot.kill()
+    assert bot.returncode == 0, err
+    assert "bot_stopping" in err and "Traceback" not in err, err
+
+
+def alive(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(base + "/livez", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def raw_request(port: int, data: bytes) -> bytes:
+    """Send `data` as it is and read the answer's status line (the server may close the
+    connection before it has read everything: what it said is still there)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with contextlib.suppress(OSError):
+            sock.sendall(data)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while b"\r\n" not in answer:
+                chunk = sock.recv(200)
+                if not chunk:
+                    break
+                answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_a_body_or_headers_past_their_limits_are_refused_before_bolt(bot: BotEnv) -> None:
+    port = bot.server.port
+    start = b"POST /slack/events HTTP/1.1\r\nHost: bot\r\nContent-Type: application/json\r\n"
+    declared = raw_request(port, start + b"Content-Length: 1000001\r\n\r\n{}")
+    chunk = b"%x\r\n%s\r\n" % (300_000, b"a" * 300_000)
+    chunked = raw_request(port, start + b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 4)
+    headers = raw_request(port, start + b"X-Big: " + b"a" * 20_000 + b"\r\n\r\n")
+    trickled = socket.create_connection(("127.0.0.1", port), timeout=10)
+    grown = b""
+    with trickled:  # headers that grow past the limit in pieces: h11 stops them
+        trickled.sendall(start)
+        for _ in range(20):
+            with contextlib.suppress(OSError):
+                trickled.sendall(b"X-Part: " + b"a" * 1000 + b"\r\n")
+        with contextlib.suppress(OSError):
+            grown = trickled.recv(200).split(b"\r\n", 1)[0]
+    assert declared == b"HTTP/1.1 413 Request Entity Too Large"
+    assert chunked == b"HTTP/1.1 413 Request Entity Too Large"
+    assert headers == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert grown.startswith(b"HTTP/1.1 400")
+    assert bot.runs() == []
