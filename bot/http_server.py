@@ -16,8 +16,10 @@ connection costs a socket and a few kB on one event loop, not a thread, and:
   (503 past that). A slow client never holds one: the body is read and its signature
   checked on the event loop first. `/healthz` and `/metrics` ask Redis, on a pool of
   their own;
-- **a connection cap** (`max_connections`, 1,000), so file descriptors stay bounded: past
-  it a connection gets a 503 with `Retry-After` at once, as before.
+- **a connection cap** (`max_connections`: 1,000, or half the open-file limit if that is
+  lower), so file descriptors stay bounded: past it a connection gets a 503 with
+  `Retry-After` at once, as before; and a budget for the bodies being read at once
+  (`body_budget`, 64 MB), so memory does too.
 
 Bolt's own ASGI adapter (`slack_bolt.adapter.asgi`) is not used: for the sync `App` it
 calls `dispatch` on the event loop itself (one slow listener would stall every
@@ -31,12 +33,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import resource
 import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import h11
@@ -71,10 +74,22 @@ class Limits:
 
     request_seconds: float = 10.0  # headers + body; Slack sends both at once, in ms
     idle_seconds: int = 5  # a kept-alive connection with no new request is closed
-    max_connections: int = 1000  # open sockets; each costs a few kB, not a thread
+    # open sockets, each a few kB, not a thread; below the process's file limit, so that
+    # accept() never fails for want of a descriptor (asyncio then stops accepting for 1 s)
+    max_connections: int = field(default_factory=lambda: default_max_connections())
     dispatch_threads: int = 16  # Bolt dispatches at once (each waits up to 3 s for ack)
     dispatch_queue: int = 64  # whole, signed requests waiting for a dispatch thread
     max_body: int = MAX_BODY
+    # bodies being read, all connections together: 1,000 clients sending 1 MB each must not
+    # take 1 GB (the old server's 64 threads held at most 64 MB)
+    body_budget: int = 64 * MAX_BODY
+
+
+def default_max_connections(wanted: int = 1000) -> int:
+    """`wanted`, or half the soft limit on open files when that is lower (Redis, Slack and
+    the model need descriptors too)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return wanted if soft == resource.RLIM_INFINITY else max(16, min(wanted, soft // 2))
 
 
 BUSY_RESPONSE = (
@@ -201,11 +216,21 @@ class SlackEvents:
         self.probes = ThreadPoolExecutor(2, thread_name_prefix="http-probe")
         self.waiting = 0  # requests dispatched or waiting for a thread (event loop only)
         self.probing = 0
+        self.buffered = 0  # bytes of bodies being read now (event loop only)
         self.busy = Tally("http_dispatch_busy", dispatch_queue=limits.dispatch_queue)
+        self.full = Tally("http_body_budget_full", body_budget=limits.body_budget)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        try:
+            await self.route(scope, receive, send)
+        except Exception:  # boundary: one request's bug is a 500 and a traceback, in our log
+            log.exception("http_request_failed", path=str(scope.get("path"))[:80])
+            with contextlib.suppress(RuntimeError):  # an answer was begun: uvicorn closes
+                await respond(send, 500, {"error": "internal error"}, close=True)
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > MAX_HEADERS:
             # h11 refuses incomplete headers past MAX_HEADERS; whole ones that came in one
@@ -257,11 +282,17 @@ class SlackEvents:
         if declared and int(declared) > self.limits.max_body:
             await respond(send, 413, {"error": "request too large"}, close=True)
             return
-        raw = await read_body(receive, self.limits.max_body)
+        raw = await self.read_body(receive)
         if raw is None:  # the client went away (or the deadline closed it)
             return
-        if len(raw) > self.limits.max_body:
-            await respond(send, 413, {"error": "request too large"}, close=True)
+        if isinstance(raw, int):
+            await respond(
+                send,
+                raw,
+                {"error": "request too large" if raw == 413 else "busy"},
+                {"Retry-After": "1"} if raw == 503 else None,
+                close=True,
+            )
             return
         unsigned = signature.problem(
             self.secrets,
@@ -304,6 +335,28 @@ class SlackEvents:
         await respond(send, response.status, response.body, response.headers)
         metrics.observe_ack(time.perf_counter() - started)
 
+    async def read_body(self, receive: Receive) -> bytes | int | None:
+        """The body; 413 past `max_body`, 503 when all bodies being read together would pass
+        `body_budget`; None when the client left first."""
+        chunks = bytearray()
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                if len(chunks) + len(chunk) > self.limits.max_body:
+                    return 413
+                if self.buffered + len(chunk) > self.limits.body_budget:
+                    self.full.add()
+                    return 503
+                chunks += chunk
+                self.buffered += len(chunk)
+                if not message.get("more_body", False):
+                    return bytes(chunks)
+        finally:
+            self.buffered -= len(chunks)
+
     def dispatch(self, body: str, query: str, headers: dict[str, list[str]]) -> BoltResponse | None:
         """Bolt's dispatch (on a dispatch thread); None for a shape `envelope` missed."""
         try:
@@ -324,20 +377,6 @@ def header_lists(raw: Sequence[tuple[bytes, bytes]]) -> dict[str, list[str]]:
     for name, value in raw:
         found.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
     return found
-
-
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The body, or None when the client left first. Reading stops one byte past `limit`."""
-    chunks = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks += message.get("body", b"")
-        if len(chunks) > limit:
-            return bytes(chunks)
-        if not message.get("more_body", False):
-            return bytes(chunks)
 
 
 async def respond(
@@ -378,7 +417,7 @@ class SlackHTTPServer:
         address: tuple[str, int],
         *,
         signing_secret: str | Sequence[str],
-        max_connections: int = Limits.max_connections,
+        max_connections: int | None = None,
         request_seconds: float = Limits.request_seconds,
         limits: Limits | None = None,
     ) -> None:
@@ -390,7 +429,7 @@ class SlackHTTPServer:
         self.limits = limits or Limits(
             request_seconds=request_seconds,
             idle_seconds=max(1, min(Limits.idle_seconds, int(request_seconds))),
-            max_connections=max_connections,
+            max_connections=max_connections or default_max_connections(),
         )
         self.events = SlackEvents(app, rt, [s for s in secrets if s], self.limits)
         self.socket = socket.create_server(address, backlog=1024)
@@ -411,6 +450,7 @@ class SlackHTTPServer:
             h11_max_incomplete_event_size=MAX_HEADERS,
         )
         self.server = uvicorn.Server(self.config)
+        self._running = threading.Event()
         self._stopped = threading.Event()
 
     @property
@@ -425,15 +465,17 @@ class SlackHTTPServer:
         """Serve until `shutdown` (or SIGINT/SIGTERM, in the main thread: uvicorn answers
         what is in flight, then raises the signal again for the caller)."""
         del poll_interval  # uvicorn checks for a stop every 0.1 s
-        self._stopped.clear()
+        self._running.set()
         try:
-            self.server.run(sockets=[self.socket])
+            if not self.server.should_exit:  # `shutdown` came first: never start
+                self.server.run(sockets=[self.socket])
         finally:
             self._stopped.set()
 
     def shutdown(self) -> None:
+        """Stop `serve_forever` and wait for it (it answers what is in flight first)."""
         self.server.should_exit = True
-        if self.server.started:
+        if self._running.is_set():
             self._stopped.wait(10)
 
     def server_close(self) -> None:

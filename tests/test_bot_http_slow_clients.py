@@ -28,6 +28,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bot.http_server import Limits
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, app_mention, event_callback, send_signed
 from tests.support.processes import worker_env
@@ -298,3 +299,21 @@ def test_a_body_or_headers_past_their_limits_are_refused_before_bolt(bot: BotEnv
     assert headers == b"HTTP/1.1 431 Request Header Fields Too Large"
     assert grown.startswith(b"HTTP/1.1 400")
     assert bot.runs() == []
+
+
+def test_bodies_read_at_once_share_one_budget(
+    redis_conn: redis.Redis, model_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """1,000 connections each sending a 1 MB body must not take 1 GB: past the budget for
+    bodies being read, a request is turned away (503, Retry-After) instead of buffered."""
+    limits = Limits(body_budget=1000, max_connections=50)
+    with bot_env(redis_conn, model_server.url, tmp_path, limits=limits) as env:
+        port = env.server.port
+        start = b"POST /slack/events HTTP/1.1\r\nHost: bot\r\nContent-Length: 5000\r\n\r\n"
+        holding = socket.create_connection(("127.0.0.1", port))
+        with holding:  # 900 bytes of its body in, the rest never comes
+            holding.sendall(start + b"a" * 900)
+            wait_until(lambda: env.server.events.buffered == 900, what="900 bytes buffered")
+            turned_away = raw_request(port, start + b"b" * 5000)
+        wait_until(lambda: env.server.events.buffered == 0, what="the budget to be free again")
+    assert turned_away == b"HTTP/1.1 503 Service Unavailable"
