@@ -25,8 +25,11 @@ from pathlib import Path
 import psutil
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from structlog.testing import capture_logs
 
 from bot.http_server import Limits
 from tests.fakes.openai_server import FakeOpenAI
@@ -262,12 +265,15 @@ def alive(base: str) -> bool:
         return False
 
 
-def raw_request(port: int, data: bytes) -> bytes:
+def raw_request(port: int, data: bytes, *, then_close: bool = False) -> bytes:
     """Send `data` as it is and read the answer's status line (the server may close the
-    connection before it has read everything: what it said is still there)."""
+    connection before it has read everything: what it said is still there). `then_close`:
+    say that nothing more comes (a body shorter than announced is then over)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         with contextlib.suppress(OSError):
             sock.sendall(data)
+            if then_close:
+                sock.shutdown(socket.SHUT_WR)
         answer = b""
         with contextlib.suppress(OSError):
             while b"\r\n" not in answer:
@@ -317,3 +323,48 @@ def test_bodies_read_at_once_share_one_budget(
             turned_away = raw_request(port, start + b"b" * 5000)
         wait_until(lambda: env.server.events.buffered == 0, what="the budget to be free again")
     assert turned_away == b"HTTP/1.1 503 Service Unavailable"
+
+
+@pytest.fixture(scope="module")
+def shared_bot(
+    redis_url: str, fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BotEnv]:
+    conn = redis.Redis.from_url(redis_url)
+    conn.flushdb()
+    try:
+        with bot_env(conn, fake_openai.url, tmp_path_factory.mktemp("framing")) as env:
+            yield env
+    finally:
+        conn.flushdb()
+        conn.close()
+
+
+framing_values = st.one_of(
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
+    st.integers(min_value=-5, max_value=2_000_000).map(str),
+    st.sampled_from(["", " 5", "5 ", "+5", "0x10", "1e3", "5, 5", "chunked", "gzip, chunked"]),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    length=st.none() | framing_values,
+    encoding=st.none() | framing_values,
+    body=st.binary(max_size=64),
+)
+def test_any_framing_of_an_unsigned_body_is_refused_cleanly(
+    shared_bot: BotEnv, length: str | None, encoding: str | None, body: bytes
+) -> None:
+    """Whatever Content-Length and Transfer-Encoding say, an unsigned request ends in a
+    4xx (or a closed connection), never a 5xx, an error in the log, or a run."""
+    head = b"POST /slack/events HTTP/1.1\r\nHost: bot\r\nConnection: close\r\n"
+    if length is not None:
+        head += b"Content-Length: " + length.encode() + b"\r\n"
+    if encoding is not None:
+        head += b"Transfer-Encoding: " + encoding.encode() + b"\r\n"
+    with capture_logs() as logs:
+        status = raw_request(shared_bot.server.port, head + b"\r\n" + body, then_close=True)
+    code = int(status.split()[1]) if status.startswith(b"HTTP/1.1 ") else None
+    assert code is None or 400 <= code < 500, status
+    assert [e for e in logs if e["log_level"] in ("error", "critical")] == []
+    assert shared_bot.rt.queue.count == 0
