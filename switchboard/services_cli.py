@@ -188,7 +188,7 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
             rt,
             bot_token=config.slack_bot_token,
             app_token=config.slack_app_token,
-            signing_secret=config.slack_signing_secret,
+            signing_secret=config.signing_secrets,
             api_url=config.slack_api_url,
             http=args.http,
             port=args.port,

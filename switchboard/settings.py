@@ -14,6 +14,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 # How .env.example (and the README) write a value left to fill in: `xoxb-...`, `xapp-…`.
 # No real Slack token or secret ends so; one that does is a copied example, not a typo.
 PLACEHOLDER_ENDINGS = ("...", "…")
+MAX_PREVIOUS_SECRETS = 3  # bot.transport.signature.MAX_SECRETS, less the current one
 
 
 def data_dir() -> Path:
@@ -28,6 +29,8 @@ class Config(BaseSettings):
     slack_bot_token: str = Field("", alias="SLACK_BOT_TOKEN")
     slack_app_token: str = Field("", alias="SLACK_APP_TOKEN")
     slack_signing_secret: str = Field("", alias="SLACK_SIGNING_SECRET")
+    # While a signing secret is rotated: the old one(s), comma-separated, accepted too
+    slack_signing_secret_previous: str = Field("", alias="SLACK_SIGNING_SECRET_PREVIOUS")
     slack_api_url: str = Field("https://slack.com/api/", alias="SLACK_API_URL")
     # Workspaces and apps whose requests the bot serves besides its own (comma-separated ids)
     slack_allowed_teams: str = Field("", alias="SLACK_ALLOWED_TEAMS")
@@ -99,12 +102,28 @@ class Config(BaseSettings):
             raise ValueError(f"the database {db!r} is not a number")
         return value
 
+    @field_validator("slack_signing_secret_previous")
+    @classmethod
+    def _previous_secrets(cls, value: str) -> str:
+        if len(value.split(",")) > MAX_PREVIOUS_SECRETS:
+            raise ValueError(
+                f"at most {MAX_PREVIOUS_SECRETS} previous signing secrets (comma-separated); "
+                "remove the ones Slack no longer signs with"
+            )
+        return value
+
     @field_validator("prices")
     @classmethod
     def _prices(cls, value: str) -> str:
         if value:
             read_prices(value)
         return value
+
+    @property
+    def signing_secrets(self) -> tuple[str, ...]:
+        """The current signing secret first, then the previous ones still accepted."""
+        previous = (s.strip() for s in self.slack_signing_secret_previous.split(","))
+        return tuple(s for s in (self.slack_signing_secret.strip(), *previous) if s)
 
     @property
     def allowed_teams(self) -> tuple[str, ...]:

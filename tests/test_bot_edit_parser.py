@@ -79,6 +79,7 @@ submissions = st.dictionaries(
 )
 
 
+@pytest.mark.slow  # 400 recursive examples: 6-14 s here, ~50 s measured in the full suite
 @settings(max_examples=400, deadline=None)
 @given(values=submissions | json_values)
 @example(values={"a0": {"v": {"type": "plain_text_input", "value": ""}}})

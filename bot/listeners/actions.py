@@ -39,7 +39,7 @@ from bot.transport import ids
 from bot.transport.payloads import Clicked, dig, page_number, read_metadata, user_team
 from worker import service
 from worker.run import Run
-from worker.service import decisions, runs
+from worker.service import approvals, decisions, runs
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +92,8 @@ def on_reject_submitted(
         log.warning("reject_submission_rejected")
         return
     typed = dig(view, "state", "values", REJECT_REASON_BLOCK, REJECT_REASON_INPUT, "value")
-    who = Clicked.submitted(user, user_team(body)[:64], meta)
+    request = approvals.find(sb.rt, approval_id)  # where its cards are: not the metadata's say
+    who = Clicked.submitted(user, user_team(body)[:64], meta, request.cards if request else [])
     reason = typed[:REASON_MAX] if isinstance(typed, str) else ""
     told = dig(
         view, "state", "values", REJECT_INSTRUCTIONS_BLOCK, REJECT_INSTRUCTIONS_INPUT, "value"

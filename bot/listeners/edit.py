@@ -110,7 +110,7 @@ def on_edit_submitted(
         decisions.record_edit_refused(sb.rt, request, user, errors=errors)
         return
     ack()
-    who = Clicked.submitted(user, team, meta)
+    who = Clicked.submitted(user, team, meta, request.cards)
     outcome = decisions.decide(
         sb.rt, request.id, decider_id=user, decider_roles=roles, approve=True, edited_args=args
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,15 +206,26 @@ class Clicked:
         )
 
     @classmethod
-    def submitted(cls, user: str, team: str, meta: dict[str, str]) -> Clicked:
-        """The person who submitted a modal opened from a card, answered where the card
-        is: the modal's private metadata (`metadata`) says where that was."""
+    def submitted(
+        cls, user: str, team: str, meta: dict[str, str], cards: Sequence[Mapping[str, str]]
+    ) -> Clicked:
+        """The person who submitted a modal opened from a card, answered where the card is.
+
+        The modal's private metadata (`metadata`) is the sender's to forge, so its channel
+        and ts count only when they name one of `cards`, where the request's card was
+        posted (the approvals store): a submission about one request can never point the
+        bot at another request's card (issue 21, item 8). Otherwise the answer has no
+        place, and the request's own cards are updated as always."""
+        channel = ids.shaped(ids.CHANNEL, meta.get("channel")) or ""
+        ts = ids.shaped(ids.TS, meta.get("ts")) or ""
+        if not any(c.get("channel") == channel and c.get("ts") == ts for c in cards):
+            channel, ts = "", ""
         return cls(
             user=user,
             team=team,
-            channel=ids.shaped(ids.CHANNEL, meta.get("channel")) or "",
-            message_ts=ids.shaped(ids.TS, meta.get("ts")) or "",
-            thread_ts=ids.shaped(ids.TS, meta.get("thread_ts")) or "",
+            channel=channel,
+            message_ts=ts,
+            thread_ts=(ids.shaped(ids.TS, meta.get("thread_ts")) or "") if ts else "",
             in_home=meta.get("home") == "1",
             home_page=page_number(meta.get("page")),
         )

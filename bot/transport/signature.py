@@ -6,6 +6,10 @@ A timestamp more than five minutes from now is refused (a replayed request). A h
 is missing, sent twice, or not of exactly that shape is a refusal too, never an exception:
 slack_sdk's verifier calls `int()` on the timestamp and raises on "abc", which reached Slack
 (or an attacker) as HTTP 500 with a traceback in our logs (issue 15, item 8).
+
+While a signing secret is being rotated, requests signed with any of the configured secrets
+are accepted (`SLACK_SIGNING_SECRET`, then `SLACK_SIGNING_SECRET_PREVIOUS`); at most
+`MAX_SECRETS`, so a request costs a bounded number of HMACs.
 """
 
 from __future__ import annotations
@@ -17,21 +21,27 @@ import time
 from collections.abc import Sequence
 
 MAX_SKEW = 300  # seconds; Slack's own rule (slack_sdk.signature)
+MAX_SECRETS = 4  # the current one and up to three previous ones
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")  # ASCII digits only (`\d` would take "١٢٣")
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 
 
 def problem(
-    secret: str,
+    secrets: str | Sequence[str],
     timestamps: Sequence[str],
     signatures: Sequence[str],
     body: bytes,
     now: float | None = None,
 ) -> str | None:
-    """Why the request is not signed by Slack with `secret`, or None when it is.
+    """Why the request is not signed by Slack with `secrets` (one, or any of several), or
+    None when it is.
 
     `timestamps` and `signatures` are every value the request sent for each header (so a
     header sent twice is seen, not silently reduced to one of its values)."""
+    candidates = (secrets,) if isinstance(secrets, str) else tuple(secrets)
+    candidates = tuple(s for s in candidates if s)[:MAX_SECRETS]
+    if not candidates:
+        return "no signing secret configured"
     if len(timestamps) != 1 or len(signatures) != 1:
         return "missing or repeated signature headers"
     timestamp, signature = timestamps[0].strip(), signatures[0].strip()
@@ -41,7 +51,7 @@ def problem(
         return "malformed signature"
     if abs((time.time() if now is None else now) - int(timestamp)) > MAX_SKEW:
         return "stale timestamp"
-    if not hmac.compare_digest(sign(secret, timestamp, body), signature):
+    if not any(hmac.compare_digest(sign(s, timestamp, body), signature) for s in candidates):
         return "wrong signature"
     return None
 

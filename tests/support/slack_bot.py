@@ -133,6 +133,7 @@ def bot_env(
     allowed_teams: tuple[str, ...] = (),
     allowed_apps: tuple[str, ...] = (),
     groups_ttl: float = GROUPS_TTL,
+    signing_secrets: tuple[str, ...] = (SECRET,),
     **server_options: Any,
 ) -> Iterator[BotEnv]:
     policy_file = tmp_path / "policy.yaml"
@@ -146,7 +147,7 @@ def bot_env(
         app = build_app(
             rt,
             bot_token=TOKEN,
-            signing_secret=SECRET,
+            signing_secret=signing_secrets,
             api_url=slack.url,
             listener_threads=listener_threads,
             allowed_teams=allowed_teams,
@@ -154,7 +155,7 @@ def bot_env(
             groups_ttl=groups_ttl,
         )
         try:
-            with serving(app, rt, **server_options) as server:
+            with serving(app, rt, signing_secret=signing_secrets, **server_options) as server:
                 yield BotEnv(rt, slack, server)
         finally:
             surface.close()
@@ -170,7 +171,8 @@ def fresh_logging() -> None:
 @contextmanager
 def serving(app: App, rt: Runtime, **options: Any) -> Iterator[SlackHTTPServer]:
     """bot.transport.serve's HTTP server for `app` on a free local port, in a thread."""
-    server = SlackHTTPServer(app, rt, ("127.0.0.1", 0), signing_secret=SECRET, **options)
+    options.setdefault("signing_secret", SECRET)
+    server = SlackHTTPServer(app, rt, ("127.0.0.1", 0), **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
