@@ -11,7 +11,7 @@ from typing import Any
 from switchboard.errors import CliError
 from switchboard.settings import Config
 from switchboard.wiring import open_runtime
-from worker.run import RunStatus
+from worker.run import SCHEMA_VERSION, RunSchemaError, RunStatus
 from worker.runtime import Runtime
 
 OPERATOR_ROLE = "__operator__"
@@ -50,14 +50,33 @@ def cmd_list(config: Config, args: argparse.Namespace) -> int:
         print("no runs")
     for run in runs:
         print(run_line(run))
+    if rt.store.skipped_unknown:
+        print(unknown_note(rt.store.skipped_unknown))
     return 0
+
+
+def unknown_note(count: int) -> str:
+    return (
+        f"({count} run{'s' if count != 1 else ''} of another schema version left out: "
+        "written by another Switchboard release; see README.md, 'Upgrading')"
+    )
+
+
+def unreadable(run_id: str, exc: RunSchemaError) -> CliError:
+    return CliError(
+        f"run {run_id} has schema_version {exc.version!r}, which this Switchboard (schema "
+        f"{SCHEMA_VERSION}) cannot read; use the release that wrote it (README.md, 'Upgrading')"
+    )
 
 
 def cmd_show(config: Config, args: argparse.Namespace) -> int:
     from switchboard.render import run_json, trajectory
 
     rt = open_runtime(config)
-    run = rt.store.find(args.run_id)
+    try:
+        run = rt.store.find(args.run_id)
+    except RunSchemaError as exc:
+        raise unreadable(args.run_id, exc) from None
     if run is None:
         raise CliError(f"no run {args.run_id!r} (runs are kept {config.retention_days:g} days)")
     events = rt.events.read(run.id)
@@ -70,7 +89,10 @@ def cmd_cancel(config: Config, args: argparse.Namespace) -> int:
 
     rt = as_operator(open_runtime(config))
     operator = f"cli:{os.environ.get('USER', 'operator')}"
-    run = rt.store.find(args.run_id)
+    try:
+        run = rt.store.find(args.run_id)
+    except RunSchemaError as exc:
+        raise unreadable(args.run_id, exc) from None
     if run is None:
         raise CliError(f"no run {args.run_id!r}")
     result = service.cancel(rt, run.id, by=operator, roles=frozenset({OPERATOR_ROLE}))
