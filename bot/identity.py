@@ -183,9 +183,13 @@ class Identity:
     """Builds the Requester for a verified Slack user."""
 
     def __init__(self, policy: Policy, groups: UserGroups, home: Home | None = None) -> None:
-        self.policy = policy
         self.groups = groups
         self.home = home
+        self.use(policy)
+
+    def use(self, policy: Policy) -> None:
+        """A reloaded policy (worker/policy_watch.py): its roles from the next request on."""
+        self.policy = policy
         self.uses_groups = any(
             member.startswith("@") for members in policy.roles.values() for member in members
         )

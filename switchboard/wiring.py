@@ -10,13 +10,14 @@ import redis
 
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from tools.exceptions import OperatorError
+from tools.exceptions import OperatorError, PolicyError
 from tools.policy import Policy
 from tools.registry import load_modules, registry
 from worker.budgets import PriceTable
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import ModelClient
+from worker.policy_watch import PolicyWatcher
 from worker.profiles import load_instructions
 from worker.run import Budgets
 from worker.runtime import Runtime, Settings
@@ -75,6 +76,38 @@ def load_policy(config: Config) -> Policy:
     return Policy.default(registry)
 
 
+def watch_policy(
+    config: Config, rt: Runtime, model: ModelClient | None, base_limits: Limits
+) -> PolicyWatcher | None:
+    """The live policy of a long-running process (worker/policy_watch.py): a changed file is
+    checked as at start-up (profiles' task libraries included), then put in force with its
+    `limits:` and profile task libraries. None without a policy file (nothing to watch)."""
+    if not config.policy:
+        return None
+
+    def load(text: str) -> Policy:
+        policy = Policy.parse(text, registry, source=config.policy)
+        problems = profile_demo_problems(policy) if config.demos_k else []
+        if problems:
+            raise PolicyError("\n".join(problems))
+        return policy
+
+    def apply(policy: Policy) -> None:
+        rt.profile_demos = build_profile_selectors(config, rt, model, policy)
+        rt.settings.limits = replace(base_limits, **policy.limits)  # type: ignore[arg-type]
+        rt.limits.limits = rt.settings.limits
+        rt.use_policy(policy)
+
+    return PolicyWatcher(
+        Path(config.policy),
+        load,
+        apply,
+        lambda: rt.policy,
+        interval=config.policy_check_seconds,
+        mcp_path=Path(config.mcp) if config.mcp else None,
+    )
+
+
 def runtime_settings(config: Config) -> Settings:
     return Settings(
         queue_name=config.queue,
@@ -120,6 +153,7 @@ def build_runtime(
     load_tools(config)
     policy = load_policy(config)
     settings = runtime_settings(config)
+    base_limits = settings.limits
     # the policy file's `limits:` over the SWITCHBOARD_USER_* settings
     settings.limits = replace(settings.limits, **policy.limits)  # type: ignore[arg-type]
     model = None
@@ -142,6 +176,7 @@ def build_runtime(
     )
     runtime.demos = build_selector(config, runtime, model)
     runtime.profile_demos = build_profile_selectors(config, runtime, model)
+    runtime.policy_watcher = watch_policy(config, runtime, model, base_limits)
     if config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 
@@ -150,7 +185,9 @@ def build_runtime(
 
         client = WebClient(token=config.slack_bot_token, base_url=config.slack_api_url)
         runtime.surfaces["slack"] = SlackSurface(client, runtime)
-        runtime.roles = Identity(policy, user_groups(runtime, client)).current_roles
+        identity = Identity(policy, user_groups(runtime, client))
+        runtime.policy_listeners.append(identity.use)
+        runtime.roles = identity.current_roles
     return runtime
 
 
@@ -180,13 +217,14 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
 
 
 def build_profile_selectors(
-    config: Config, rt: Runtime, model: ModelClient | None
+    config: Config, rt: Runtime, model: ModelClient | None, policy: Policy | None = None
 ) -> dict[str, Selector]:
-    """The task library of each profile that names one (`demos:` in the policy file), each
-    checked against the registered tools like the default one."""
+    """The task library of each profile that names one (`demos:` in the policy file, or in
+    `policy`), each checked against the registered tools like the default one."""
+    policy = policy or rt.policy
     if config.demos_k == 0:
         return {}
-    problems = profile_demo_problems(rt.policy)
+    problems = profile_demo_problems(policy)
     if problems:
         raise DemoError("\n".join(problems))
     return {
@@ -195,7 +233,7 @@ def build_profile_selectors(
             config.demos_k,
             embed=embedder(config, rt, model),
         )
-        for name, profile in rt.policy.profiles.items()
+        for name, profile in policy.profiles.items()
         if profile.demos is not None
     }
 
