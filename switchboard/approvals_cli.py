@@ -106,6 +106,7 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         decider_roles=rt.policy.roles_for(user),
         approve=args.approve,
         reason=args.reason,
+        surface="cli",
     )
     result = outcome.result
     if result == service.DecisionResult.DECIDED and outcome.request is not None:

@@ -1,16 +1,27 @@
-"""`switchboard runs list|show|cancel`: recent runs, a run's whole trajectory, cancelling one
-as the operator."""
+"""`switchboard runs list|show|cancel|export`: runs by user, channel, status and time, a
+run's whole trajectory, cancelling one as the operator, and exporting runs as JSON Lines."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
+import sys
 from typing import Any
 
 from switchboard.errors import CliError
 from switchboard.settings import Config
 from switchboard.wiring import open_runtime
+from worker.audit import (
+    MAX_LIMIT,
+    RunFilter,
+    WhenError,
+    export_runs,
+    find_runs,
+    parse_when,
+    run_summary,
+)
 from worker.run import SCHEMA_VERSION, RunSchemaError, RunStatus
 from worker.runtime import Runtime
 
@@ -21,11 +32,35 @@ def add_command(verbs: Any) -> None:
     runs = verbs.add_parser("runs", help="inspect runs", description="inspect runs")
     runs.set_defaults(handler=lambda c, a: _usage(runs))
     run_verbs = runs.add_subparsers(title="runs commands", metavar="ACTION")
-    p = run_verbs.add_parser("list", help="recent runs, newest first")
+    p = run_verbs.add_parser(
+        "list",
+        help="recent runs, newest first",
+        description="Recent runs, newest first. Times: ISO 8601 (2026-12-01, "
+        "2026-12-01T09:30Z; UTC unless an offset is given) or how long ago (30m, 24h, 7d).",
+    )
     p.set_defaults(handler=cmd_list)
-    p.add_argument("--user", help="only this user's runs")
+    p.add_argument("--user", metavar="U", help="only runs asked by this Slack user id")
+    p.add_argument("--channel", metavar="C", help="only runs asked in this channel id")
     p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs in this state")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--since", metavar="T", help="only runs created at or after T")
+    p.add_argument("--until", metavar="T", help="only runs created at or before T")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        help=f"at most this many runs (default 20, up to {MAX_LIMIT})",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON document: the runs and counts")
+    p = run_verbs.add_parser(
+        "export",
+        help="runs with their whole trajectory as JSON Lines",
+        description="Every run created in the time range, oldest first, one JSON object a "
+        "line: the run and all its events (tool calls, approvals and who decided them). "
+        "Streamed; redirect it to a file (runs are kept SWITCHBOARD_RETENTION_DAYS).",
+    )
+    p.set_defaults(handler=cmd_export)
+    p.add_argument("--since", metavar="T", required=True, help="runs created at or after T")
+    p.add_argument("--until", metavar="T", help="runs created at or before T (default: now)")
     p = run_verbs.add_parser("show", help="a run's whole trajectory")
     p.set_defaults(handler=cmd_show)
     p.add_argument("run_id")
@@ -43,16 +78,68 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def cmd_list(config: Config, args: argparse.Namespace) -> int:
     from switchboard.render import run_line
 
+    where = RunFilter(
+        user_id=args.user or None,
+        channel_id=args.channel or None,
+        status=RunStatus(args.status) if args.status else None,
+        since=_when(args.since, "--since"),
+        until=_when(args.until, "--until"),
+    )
+    _check_range(where.since, where.until)
     rt = open_runtime(config)
-    status = RunStatus(args.status) if args.status else None
-    runs = rt.store.recent(user_id=args.user, status=status, limit=max(1, min(args.limit, 500)))
-    if not runs:
+    found = find_runs(rt.store, where, limit=args.limit)
+    if args.json:
+        body = {
+            "runs": [run_summary(run) for run in found.runs],
+            "count": len(found.runs),
+            "truncated": found.truncated,
+            "skipped_unknown_schema": rt.store.skipped_unknown,
+        }
+        print(json.dumps(body, indent=2, ensure_ascii=False))
+        return 0
+    if not found.runs:
         print("no runs")
-    for run in runs:
+    for run in found.runs:
         print(run_line(run))
+    if found.truncated:
+        print(f"(stopped after reading {found.scanned} runs: narrow it with --since/--until)")
     if rt.store.skipped_unknown:
         print(unknown_note(rt.store.skipped_unknown))
     return 0
+
+
+def cmd_export(config: Config, args: argparse.Namespace) -> int:
+    since = _when(args.since, "--since")
+    until = _when(args.until, "--until")
+    assert since is not None  # required
+    _check_range(since, until)
+    rt = open_runtime(config)
+    out = sys.stdout
+    count = 0
+    for entry in export_runs(rt.store, rt.events, since, until):
+        out.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+        count += 1
+        if count % 100 == 0:
+            out.flush()
+    out.flush()
+    skipped = rt.store.skipped_unknown
+    note = f"; {unknown_note(skipped)}" if skipped else ""
+    print(f"exported {count} run{'s' if count != 1 else ''}{note}", file=sys.stderr)
+    return 0
+
+
+def _when(text: str | None, flag: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_when(text)
+    except WhenError as exc:
+        raise CliError(f"{flag}: {exc}") from None
+
+
+def _check_range(since: float | None, until: float | None) -> None:
+    if since is not None and until is not None and since > until:
+        raise CliError("--since is after --until: swap them")
 
 
 def unknown_note(count: int) -> str:

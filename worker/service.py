@@ -154,12 +154,14 @@ def decide(
     edited_args: dict[str, Any] | None = None,
     instructions: str = "",
     decides: Decides | None = None,
+    surface: str = "unknown",
 ) -> DecisionOutcome:
     """Approve or reject. Checks the decider against the policy (or `decides`, a surface's
     own check, which holds the policy's and may add to it); of concurrent decisions
     exactly one wins, the others learn who decided. `edited_args` approve with edits (they
     are checked as the model's arguments were, for the requester); `instructions` go with
-    a rejection, to the model, as the approver's words."""
+    a rejection, to the model, as the approver's words. `surface` (slack, console, cli...)
+    names where the decision was made, for the audit log line."""
     try:
         request = rt.approvals.get(approval_id)
     except ApprovalNotFound:
@@ -197,6 +199,7 @@ def decide(
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
     rt.cancel_expiry(approval_id)
     metrics.approval_decided(decision.request)
+    audit_log(decision.request, surface)
     rt.events.append(
         request.run_id,
         EventKind.APPROVAL_DECIDED,
@@ -211,6 +214,24 @@ def decide(
     )
     rt.enqueue_advance(request.run_id)
     return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
+
+
+def audit_log(request: ApprovalRequest, surface: str) -> None:
+    """Every decision as one structured line (`approval_decided`): who decided what, for
+    whom, when and where. No argument values and no reason text: they may hold anything."""
+    log.info(
+        "approval_decided",
+        approval_id=request.id,
+        run_id=request.run_id,
+        tool=request.tool,
+        requester=request.requester,
+        decided_by=request.decided_by or None,
+        outcome=request.status.value,
+        surface=surface,
+        decided_at=request.decided_at,
+        edited=request.original_args is not None,
+        policy_version=request.policy_version,
+    )
 
 
 # -- who may do what: every surface asks here (Slack adds its rule for external people in

@@ -212,6 +212,7 @@ def decide(
         edited_args=edited_args,
         instructions=instructions,
         decides=sb.may_decide,
+        surface="slack",
     )
 
 
