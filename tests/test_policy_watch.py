@@ -265,3 +265,28 @@ def test_one_line_names_the_first_problem_and_counts_the_rest():
         "a.yaml line 2: x (and 1 more; `switchboard tools check` lists them)"
     )
     assert one_line("only one") == "only one"
+
+
+def test_the_slack_bot_takes_roles_from_a_reloaded_policy(env, model_server):
+    """The bot's identity (Slack user -> roles) follows the policy put in force: removed from
+    the admins role, UADMIN no longer lists everyone's runs."""
+    from tests.support.runtime import requester
+    from tests.support.slack_bot import ADMIN, CHANNEL, POLICY, answered, texts
+    from tools.policy import Policy
+    from tools.registry import registry
+
+    def listing(user: str) -> str:
+        shown = answered(env, "chat.postEphemeral", lambda: env.command("runs all", user))
+        assert shown["channel"] == CHANNEL
+        return texts(shown["blocks"])
+
+    model_server.route("salary", ["I cannot see salaries."])
+    bobs = service.submit(env.rt, "Bob's salary question", requester(env.rt, "UBOB"))
+    env.work()
+    assert bobs.id in listing(ADMIN)
+
+    demoted = POLICY.replace("admins: [UADMIN]", "admins: [UOTHER]")
+    env.rt.use_policy(Policy.parse(demoted, registry, source="policy.yaml"))
+
+    shown = listing(ADMIN)
+    assert bobs.id not in shown and "Only admins" in shown
