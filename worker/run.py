@@ -187,7 +187,11 @@ class Run(BaseModel):
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Run:
-        data = migrate(json.loads(raw))
+        return cls.from_document(migrate(json.loads(raw)))
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any]) -> Run:
+        """A stored document already in the current schema version (see `migrate`)."""
         data.setdefault("outcomes", None)  # saved before outcomes were recorded
         return cls.model_validate(data)
 

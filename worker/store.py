@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import redis
 import structlog
@@ -12,7 +14,7 @@ import structlog
 from approvals import WAKE_LUA
 from worker.events import MAX_EVENTS_PER_RUN
 from worker.keys import Keys
-from worker.run import Run, RunSchemaError, RunStatus
+from worker.run import Run, RunSchemaError, RunStatus, migrate
 
 # KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
@@ -205,15 +207,20 @@ class RunStore:
         """The runs among (id, document) pairs that this version reads: gone ones are left
         out, and so are runs of an unknown schema version (a newer release wrote them, or one
         without a migration), counted in `skipped_unknown` and logged once per version."""
-        runs: list[Run] = []
+        return [Run.from_document(data) for data in self.documents(stored)]
+
+    def documents(self, stored: Iterable[tuple[bytes, bytes | None]]) -> list[dict[str, Any]]:
+        """As `readable`, the documents as stored (migrated to this version), not validated
+        into runs: for reading many (a filter, an export) where most are not needed as runs."""
+        documents: list[dict[str, Any]] = []
         for run_id, raw in stored:
             if raw is None:
                 continue
             try:
-                runs.append(Run.from_json(raw))
+                documents.append(migrate(json.loads(raw)))
             except RunSchemaError as exc:
                 self._skipped(run_id.decode(), exc)
-        return runs
+        return documents
 
     def _skipped(self, run_id: str, exc: RunSchemaError) -> None:
         with self._skip_lock:
