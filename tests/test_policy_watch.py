@@ -12,6 +12,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from switchboard.render import trajectory
 from switchboard.settings import Config
 from switchboard.wiring import build_runtime
 from tests.fakes.openai_server import Turn
@@ -238,6 +239,8 @@ def test_a_run_waiting_across_a_reload_records_the_change_and_its_write_follows_
     [changed] = [e for e in rt.events.read(run.id) if e.kind == "policy_changed"]
     assert (changed.data["before"], changed.data["after"]) == (old, new.version)
     assert run.policy_version == new.version
+    shown = trajectory(run, rt.events.read(run.id))  # `switchboard runs show`
+    assert f"Policy: {new.version}" in shown and "policy changed" in shown
 
 
 def test_a_changed_mcp_file_is_logged_as_needing_a_restart(
