@@ -60,7 +60,7 @@ class PolicyWatcher:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        if self._thread is None and self.interval > 0:
+        if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._watch, name="policy-watch", daemon=True)
             self._thread.start()
@@ -79,7 +79,7 @@ class PolicyWatcher:
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            self._wake.wait(self.interval or None)  # 0: only when woken (SIGHUP)
             self._wake.clear()
             if self._stop.is_set():
                 return
