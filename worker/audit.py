@@ -104,16 +104,17 @@ def find_runs(
     store: RunStore, where: RunFilter, limit: int = 20, *, max_scan: int = MAX_SCAN
 ) -> Found:
     """The newest `limit` runs that match, through the narrowest index: the user's runs
-    (scored by creation time), else the status index (scored by last update, which is never
-    before creation, so it bounds `since` only), else all runs. A channel has no index of its
-    own: its runs are found among those the time range names."""
+    (scored by creation time); else, for a status without a time range, the status index
+    (scored by last update: the runs that reached it last, as App Home lists them); else all
+    runs in the time range. A channel has no index of its own: its runs are found among
+    those the time range names."""
     limit = max(1, min(limit, MAX_LIMIT))
     high = "+inf" if where.until is None else where.until
     low = "-inf" if where.since is None else where.since
     if where.user_id is not None:
         index = store.keys.user_runs(where.user_id)
-    elif where.status is not None:
-        index, high = store.keys.status(where.status), "+inf"
+    elif where.status is not None and where.since is None and where.until is None:
+        index = store.keys.status(where.status)
     else:
         index = store.keys.all_runs
     found = Found()
