@@ -13,6 +13,7 @@ from switchboard.settings import Config
 from tools.exceptions import OperatorError, PolicyError
 from tools.policy import Policy
 from tools.registry import load_modules, registry
+from worker import policy_watch
 from worker.budgets import PriceTable
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
@@ -77,7 +78,11 @@ def load_policy(config: Config) -> Policy:
 
 
 def watch_policy(
-    config: Config, rt: Runtime, model: ModelClient | None, base_limits: Limits
+    config: Config,
+    rt: Runtime,
+    model: ModelClient | None,
+    base_limits: Limits,
+    seen: str | None = None,
 ) -> PolicyWatcher | None:
     """The live policy of a long-running process (worker/policy_watch.py): a changed file is
     checked as at start-up (profiles' task libraries included), then put in force with its
@@ -105,6 +110,7 @@ def watch_policy(
         lambda: rt.policy,
         interval=config.policy_check_seconds,
         mcp_path=Path(config.mcp) if config.mcp else None,
+        seen=seen,
     )
 
 
@@ -151,6 +157,7 @@ def build_runtime(
     surfaces: dict[str, Surface] | None = None,
 ) -> Runtime:
     load_tools(config)
+    seen = policy_watch.digest(Path(config.policy)) if config.policy else None  # before reading
     policy = load_policy(config)
     settings = runtime_settings(config)
     base_limits = settings.limits
@@ -176,7 +183,7 @@ def build_runtime(
     )
     runtime.demos = build_selector(config, runtime, model)
     runtime.profile_demos = build_profile_selectors(config, runtime, model)
-    runtime.policy_watcher = watch_policy(config, runtime, model, base_limits)
+    runtime.policy_watcher = watch_policy(config, runtime, model, base_limits, seen)
     if config.slack_bot_token and "slack" not in runtime.surfaces:
         from slack_sdk import WebClient
 

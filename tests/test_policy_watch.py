@@ -293,3 +293,10 @@ def test_the_slack_bot_takes_roles_from_a_reloaded_policy(env, model_server):
 
     shown = listing(ADMIN)
     assert bobs.id not in shown and "Only admins" in shown
+
+
+def test_the_policy_read_at_start_up_is_not_parsed_again(configured, redis_conn):
+    rt = runtime(redis_conn)
+    with capture_logs() as logs:
+        assert rt.policy_watcher.check() is None
+    assert [e for e in logs if e["event"] == "policy_loaded"] == []

@@ -42,6 +42,7 @@ class PolicyWatcher:
         *,
         interval: float = CHECK_SECONDS,
         mcp_path: Path | None = None,
+        seen: str | None = None,
     ) -> None:
         self.path = path
         self.load = load  # parse and check the text; raises OperatorError (one per problem line)
@@ -49,9 +50,9 @@ class PolicyWatcher:
         self.current = current
         self.interval = interval
         self.mcp_path = mcp_path
-        # The content last looked at (None: not yet). The first check parses the file once
-        # and finds the policy in force, unless the file changed since start-up.
-        self._digest: str | None = None
+        # The hash of the content last looked at: `seen`, taken (`digest`) before the policy
+        # in force was read, so a change in between is not missed; None: parse it once.
+        self._digest: str | None = seen
         self._refused: str | None = None  # the content last refused: logged once
         self._mcp_digest: str | None = _digest(mcp_path) if mcp_path else None
         self._wake = threading.Event()
@@ -178,6 +179,11 @@ def _read(path: Path) -> bytes:
     if len(data) > MAX_POLICY_BYTES:
         raise OperatorError(f"{path}: the policy file is over {MAX_POLICY_BYTES:,} bytes")
     return data
+
+
+def digest(path: Path) -> str | None:
+    """The hash the watcher compares; None when the file cannot be read."""
+    return _digest(path)
 
 
 def _digest(path: Path) -> str | None:
