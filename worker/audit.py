@@ -4,7 +4,8 @@ Store-level functions (a use case or a surface calls them): `find_runs` filters 
 user, channel, status and creation time through the indexes of worker/store.py, bounded in
 what it reads; `export_runs` streams each run with its whole event log (deciders included)
 one at a time, oldest first, so an export of any size holds one chunk in memory; `parse_when`
-reads the times people type (ISO 8601, or `24h` ago).
+reads the times people type (ISO 8601, or `24h` ago); `log_decision` writes the log line
+of every approval decision.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
+
+from approvals import ApprovalRequest
 from worker.events import EventLog
 from worker.run import Run, RunStatus
 from worker.store import RunStore
+
+log = structlog.get_logger(__name__)
 
 CHUNK = 200  # index entries (documents) read per round trip
 MAX_SCAN = 20_000  # documents one listing reads at most: a bound on its time and memory
@@ -202,3 +208,21 @@ def export_runs(
         if last != low:
             low, done_at_low = last, set()
         done_at_low |= {i for i, score in fresh if score == last}
+
+
+def log_decision(request: ApprovalRequest, surface: str) -> None:
+    """Every decision as one structured line (`approval_decided`): who decided what, for
+    whom, when and where. No argument values and no reason text: they may hold anything."""
+    log.info(
+        "approval_decided",
+        approval_id=request.id,
+        run_id=request.run_id,
+        tool=request.tool,
+        requester=request.requester,
+        decided_by=request.decided_by or None,
+        outcome=request.status.value,
+        surface=surface,
+        decided_at=request.decided_at,
+        edited=request.original_args is not None,
+        policy_version=request.policy_version,
+    )

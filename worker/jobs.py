@@ -10,10 +10,10 @@ import structlog
 from rq import get_current_job
 
 from worker import runtime
+from worker.audit import log_decision
 from worker.events import EventKind
 from worker.loop import Finish, drive, end
 from worker.run import EndReason, RunSchemaError, RunStatus
-from worker.service import audit_log
 from worker.store import LeaseLost, RunNotFound
 
 log = structlog.get_logger(__name__)
@@ -99,7 +99,7 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
     rt.events.append(
         request.run_id, EventKind.APPROVAL_EXPIRED, approval_id=approval_id, tool=request.tool
     )
-    audit_log(decision.request, "expiry")  # nobody decided in time: denied
+    log_decision(decision.request, "expiry")  # nobody decided in time: denied
     run = rt.store.find(request.run_id)
     if run is not None:
         rt.surface(run).approval_resolved(run, decision.request)

@@ -12,7 +12,7 @@ import structlog
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
 from tools.execute import valid_unicode
-from worker import metrics, profiles
+from worker import audit, metrics, profiles
 from worker.events import EventKind
 from worker.limits import LimitExceeded
 from worker.roles import RolesUnavailable
@@ -199,7 +199,7 @@ def decide(
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
     rt.cancel_expiry(approval_id)
     metrics.approval_decided(decision.request)
-    audit_log(decision.request, surface)
+    audit.log_decision(decision.request, surface)
     rt.events.append(
         request.run_id,
         EventKind.APPROVAL_DECIDED,
@@ -214,24 +214,6 @@ def decide(
     )
     rt.enqueue_advance(request.run_id)
     return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
-
-
-def audit_log(request: ApprovalRequest, surface: str) -> None:
-    """Every decision as one structured line (`approval_decided`): who decided what, for
-    whom, when and where. No argument values and no reason text: they may hold anything."""
-    log.info(
-        "approval_decided",
-        approval_id=request.id,
-        run_id=request.run_id,
-        tool=request.tool,
-        requester=request.requester,
-        decided_by=request.decided_by or None,
-        outcome=request.status.value,
-        surface=surface,
-        decided_at=request.decided_at,
-        edited=request.original_args is not None,
-        policy_version=request.policy_version,
-    )
 
 
 # -- who may do what: every surface asks here (Slack adds its rule for external people in
