@@ -129,6 +129,18 @@ def test_a_migration_must_advance_the_version_by_one():
         migrate({"schema_version": 0}, {0: stuck})
 
 
+def test_a_document_a_migration_cannot_read_is_skipped_like_an_unknown_version(
+    redis_conn, model_server, monkeypatch
+):
+    monkeypatch.setitem(MIGRATIONS, 0, _from_0)  # expects `text`, which this one lacks
+    rt = make_runtime(redis_conn, model_server.url)
+    redis_conn.set(rt.store.keys.run("rodd"), json.dumps({"schema_version": 0, "id": "rodd"}))
+    redis_conn.zadd(rt.store.keys.all_runs, {"rodd": 1.0})
+    with pytest.raises(RunSchemaError, match="could not be migrated: KeyError"):
+        rt.store.load("rodd")
+    assert rt.store.recent() == [] and rt.store.skipped_unknown == 1
+
+
 @pytest.mark.parametrize(
     ("version", "words"),
     [(2, "written by a newer version"), (0, "schema_version 0"), ("1", "'1'"), (True, "True")],

@@ -39,7 +39,14 @@ def migrate(data: Any, migrations: Mapping[int, Migration] | None = None) -> dic
     while isinstance(version, int) and not isinstance(version, bool) and version in steps:
         if version >= SCHEMA_VERSION:
             break
-        data = steps[version](dict(data))
+        try:
+            data = steps[version](dict(data))
+        except (KeyError, TypeError, ValueError) as exc:  # a document it was not written for
+            raise RunSchemaError(
+                f"stored run of schema_version {version} could not be migrated: "
+                f"{type(exc).__name__}: {exc}",
+                version,
+            ) from exc
         after = data.get("schema_version") if isinstance(data, dict) else None
         if after != version + 1:  # a migration that does not advance would loop
             raise RunSchemaError(
