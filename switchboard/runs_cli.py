@@ -116,12 +116,16 @@ def cmd_export(config: Config, args: argparse.Namespace) -> int:
     rt = open_runtime(config)
     out = sys.stdout
     count = 0
-    for entry in export_runs(rt.store, rt.events, since, until):
-        out.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
-        count += 1
-        if count % 100 == 0:
-            out.flush()
-    out.flush()
+    try:
+        for entry in export_runs(rt.store, rt.events, since, until):
+            out.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+            count += 1
+            if count % 100 == 0:
+                out.flush()
+        out.flush()
+    except BrokenPipeError:  # `| head`: the reader has had enough
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout at exit
+        return 0
     skipped = rt.store.skipped_unknown
     note = f"; {unknown_note(skipped)}" if skipped else ""
     print(f"exported {count} run{'s' if count != 1 else ''}{note}", file=sys.stderr)

@@ -293,3 +293,29 @@ def test_an_iso_8601_time_means_that_instant_whatever_its_offset(moment, offset_
     assert parse_when(moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")) == pytest.approx(
         moment.timestamp(), abs=1e-6
     )
+
+
+@pytest.mark.slow
+def test_an_export_read_only_in_part_ends_quietly(redis_conn, redis_url, model_server, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT, worker_env
+
+    rt = make_runtime(redis_conn, model_server.url)
+    for n in range(400):  # far more than a pipe holds
+        stored(rt, f"rpipe{n:04d}", "UALICE", "CIT", RunStatus.COMPLETED, 1)
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "runs", "export", "--since", "2h"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = json.loads(proc.stdout.readline())  # like `| head -1`
+    proc.stdout.close()
+    assert proc.wait(30) == 0
+    assert first["run"]["id"].startswith("rpipe")
+    assert b"Traceback" not in proc.stderr.read()
