@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import tools.builtin
 from tests.fakes.openai_server import Turn
 from tests.support.processes import WorkerProcess, worker_env
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
@@ -123,3 +124,52 @@ def test_sighup_makes_a_worker_look_at_the_policy_file_at_once(
         assert worker.proc.poll() is None
     finally:
         worker.stop()
+
+
+def test_the_slack_bot_process_picks_up_a_rewritten_policy_too(redis_url, model_server, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from tests.fakes.slack_server import FakeSlack
+    from tests.support.processes import ROOT
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(OPEN)
+    with socket.socket() as probe:  # a free port for the bot's HTTP server
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with FakeSlack(tokens={"xoxb-good"}) as slack:
+        env = worker_env(
+            redis_url,
+            model_server.url,
+            tmp_path,
+            SWITCHBOARD_POLICY=str(path),
+            SWITCHBOARD_TOOLS="tools.builtin",
+            SWITCHBOARD_POLICY_CHECK_SECONDS=str(INTERVAL),
+            SLACK_API_URL=slack.url,
+            SLACK_BOT_TOKEN="xoxb-good",
+            SLACK_SIGNING_SECRET="test-secret",
+        )
+        log = tmp_path / "bot.log"
+        with open(log, "wb") as out:
+            bot = subprocess.Popen(
+                [sys.executable, "-m", "switchboard", "bot", "--http", "--port", str(port)],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(lambda: log_events(log, "bot_started"), 30, "the bot to start")
+            path.write_text(BROKEN)
+            wait_until(lambda: log_events(log, "policy_reload_refused"), 15, "the refusal")
+            path.write_text(WITHDRAWN)
+            wait_until(lambda: log_events(log, "policy_reloaded"), 15, "the reload")
+            [reloaded] = log_events(log, "policy_reloaded")
+            tools.builtin.load()  # the tools the bot loaded, for the version here
+            assert reloaded["version"] == Policy.parse(WITHDRAWN, registry).version
+            assert bot.poll() is None
+        finally:
+            bot.terminate()
+            bot.wait(15)
