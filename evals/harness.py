@@ -90,7 +90,13 @@ def decide(rt: Runtime, approval_id: str, requester: str, decision: str) -> None
     approve = decision.startswith("approve")
     reason = decision.partition(":")[2].strip()
     service.decide(
-        rt, approval_id, decider_id=decider, decider_roles=roles, approve=approve, reason=reason
+        rt,
+        approval_id,
+        decider_id=decider,
+        decider_roles=roles,
+        approve=approve,
+        reason=reason,
+        surface="eval",
     )
 
 

@@ -106,13 +106,11 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         decider_roles=Access.of(rt).roles(user),
         approve=args.approve,
         reason=args.reason,
+        surface="cli",
     )
     result = outcome.result
     if result == service.DecisionResult.DECIDED and outcome.request is not None:
-        print(
-            f"{request.id}: {outcome.request.status.value} by {user}; "
-            f"run {request.run_id} goes on (`switchboard runs show {request.run_id}`)"
-        )
+        print(f"{request.id}: {outcome.request.status.value} by {user}; {_next(rt, request)}")
         return 0
     if result == service.DecisionResult.NOT_ALLOWED:
         raise OperatorError(
@@ -126,6 +124,20 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         print(f"{request.id}: already {done.status.value}{by} at {when(done.decided_at)}")
         return 1
     raise _not_found(request.id)
+
+
+def _next(rt: Runtime, request: ApprovalRequest) -> str:
+    """What happens now: the run goes on, or, with no worker alive (by heartbeat, as
+    `switchboard chat` checks), waits for one; nothing is lost either way."""
+    from switchboard.supervise import live_workers
+
+    show = f"`switchboard runs show {request.run_id}`"
+    if live_workers(rt.queue):
+        return f"run {request.run_id} goes on ({show})"
+    return (
+        f"run {request.run_id} waits for a worker: none is alive on queue {rt.queue.name!r} "
+        f"(start one with `switchboard worker`; the run goes on when it does, {show})"
+    )
 
 
 def _find(rt: Runtime, approval_id: str) -> ApprovalRequest:

@@ -295,6 +295,7 @@ class Console:
             decider_roles=self.roles,
             approve=choice.lower().startswith("y"),
             reason=reason,
+            surface="console",
         )
         if outcome.result == service.DecisionResult.NOT_ALLOWED:
             self.say(f"! You may not decide this; it needs {outcome.approvers}. Waiting for them.")

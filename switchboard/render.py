@@ -237,7 +237,8 @@ def trajectory(run: Run, events: list[Event]) -> str:
         f"Asked by {run.requester.user_id} in {run.requester.channel_id or '-'} at "
         f"{when(run.created_at)}; roles: {', '.join(run.requester.roles) or '-'}",
         f"Model: {run.model or '-'}   Profile: {run.profile.name if run.profile else 'none'}"
-        f"   Demonstrations: {', '.join(run.demos) or 'none'}",
+        f"   Demonstrations: {', '.join(run.demos) or 'none'}"
+        f"   Policy: {run.policy_version or '-'}",
         f"Question: {run.question}",
         "",
     ]

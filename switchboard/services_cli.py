@@ -132,6 +132,8 @@ def cmd_chat(config: Config, args: argparse.Namespace) -> int:
 
 def _console(console: Console, guard: WorkerGuard) -> int:
     """Run the console; a hang-up or SIGTERM ends it as Ctrl-C does, and its workers stop."""
+    if console.rt.policy_watcher is not None:  # decisions at the prompt: the live policy
+        console.rt.policy_watcher.start()
     signals = _Interrupts(guard.supervisor)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signals)

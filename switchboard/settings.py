@@ -42,6 +42,10 @@ class Config(BaseSettings):
 
     redis_url: str = Field("", alias="REDIS_URL")
     policy: str = Field("", alias="SWITCHBOARD_POLICY")
+    # How often the bot and the workers look for a changed policy file (0: only on SIGHUP)
+    policy_check_seconds: float = Field(
+        5.0, alias="SWITCHBOARD_POLICY_CHECK_SECONDS", ge=0, le=3600
+    )
     tools: str = Field("", alias="SWITCHBOARD_TOOLS")
     mcp: str = Field("", alias="SWITCHBOARD_MCP")  # MCP servers file (YAML)
     demos: str = Field("", alias="SWITCHBOARD_DEMOS")

@@ -10,13 +10,15 @@ import redis
 
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from tools.exceptions import OperatorError
+from tools.exceptions import OperatorError, PolicyError
 from tools.policy import Policy
 from tools.registry import load_modules, registry
+from worker import policy_watch
 from worker.budgets import PriceTable
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import Model, ModelClient
+from worker.policy_watch import PolicyWatcher
 from worker.profiles import load_instructions
 from worker.run import Budgets
 from worker.runtime import Runtime, Settings
@@ -75,6 +77,43 @@ def load_policy(config: Config) -> Policy:
     return Policy.default(registry)
 
 
+def watch_policy(
+    config: Config,
+    rt: Runtime,
+    model: ModelClient | None,
+    base_limits: Limits,
+    seen: str | None = None,
+) -> PolicyWatcher | None:
+    """The live policy of a long-running process (worker/policy_watch.py): a changed file is
+    checked as at start-up (profiles' task libraries included), then put in force with its
+    `limits:` and profile task libraries. None without a policy file (nothing to watch)."""
+    if not config.policy:
+        return None
+
+    def load(text: str) -> Policy:
+        policy = Policy.parse(text, registry, source=config.policy)
+        problems = profile_demo_problems(policy) if config.demos_k else []
+        if problems:
+            raise PolicyError("\n".join(problems))
+        return policy
+
+    def apply(policy: Policy) -> None:
+        rt.profile_demos = build_profile_selectors(config, rt, model, policy)
+        rt.settings.limits = replace(base_limits, **policy.limits)  # type: ignore[arg-type]
+        rt.limits.limits = rt.settings.limits
+        rt.use_policy(policy)
+
+    return PolicyWatcher(
+        Path(config.policy),
+        load,
+        apply,
+        lambda: rt.policy,
+        interval=config.policy_check_seconds,
+        mcp_path=Path(config.mcp) if config.mcp else None,
+        seen=seen,
+    )
+
+
 def runtime_settings(config: Config) -> Settings:
     return Settings(
         queue_name=config.queue,
@@ -119,7 +158,12 @@ def build_runtime(
 ) -> Runtime:
     """The runtime of `config`: its tools loaded, its policy read."""
     load_tools(config)
-    return assemble_runtime(config, connection, load_policy(config), surfaces=surfaces)
+    seen = policy_watch.digest(Path(config.policy)) if config.policy else None  # before reading
+    runtime = assemble_runtime(config, connection, load_policy(config), surfaces=surfaces)
+    base_limits = runtime_settings(config).limits  # the SWITCHBOARD_USER_* settings alone
+    embedder = runtime.model if isinstance(runtime.model, ModelClient) else None
+    runtime.policy_watcher = watch_policy(config, runtime, embedder, base_limits, seen)
+    return runtime
 
 
 def model_of(config: Config) -> ModelClient | None:
@@ -207,13 +251,14 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
 
 
 def build_profile_selectors(
-    config: Config, rt: Runtime, model: ModelClient | None
+    config: Config, rt: Runtime, model: ModelClient | None, policy: Policy | None = None
 ) -> dict[str, Selector]:
-    """The task library of each profile that names one (`demos:` in the policy file), each
-    checked against the registered tools like the default one."""
+    """The task library of each profile that names one (`demos:` in the policy file, or in
+    `policy`), each checked against the registered tools like the default one."""
+    policy = policy or rt.policy
     if config.demos_k == 0:
         return {}
-    problems = profile_demo_problems(rt.policy)
+    problems = profile_demo_problems(policy)
     if problems:
         raise DemoError("\n".join(problems))
     return {
@@ -222,7 +267,7 @@ def build_profile_selectors(
             config.demos_k,
             embed=embedder(config, rt, model),
         )
-        for name, profile in rt.policy.profiles.items()
+        for name, profile in policy.profiles.items()
         if profile.demos is not None
     }
 

@@ -105,3 +105,42 @@ def test_the_local_operator_may_cancel_any_run_without_a_policy_file(
     run = rt.store.load(run.id)
     assert run.status == RunStatus.PARTIAL and run.reason and run.reason.value == "cancelled"
     assert "cancel_requested" in event_kinds(rt, run)
+
+
+def test_an_approval_from_the_shell_with_no_worker_alive_says_the_run_waits_for_one(
+    shell, redis_conn, model_server, capsys
+):
+    model_server.route("Printer", [CREATE, "Filed it."])
+    rt = make_runtime(redis_conn, model_server.url)
+    run, approval = waiting_run(rt, "Printer jam in the lobby, file it")
+    capsys.readouterr()
+
+    assert main(["approvals", "approve", approval]) == 0
+    said = capsys.readouterr().out
+    assert f"run {run.id} waits for a worker: none is alive" in said, said
+    assert "goes on" not in said.split(";")[1].split("(")[0]
+    assert rt.store.load(run.id).status == RunStatus.AWAITING_APPROVAL  # nothing ran it
+
+
+@pytest.mark.slow
+def test_an_approval_from_the_shell_with_a_worker_alive_says_the_run_goes_on(
+    shell, redis_conn, redis_url, model_server, tmp_path, capsys
+):
+    from switchboard.supervise import live_workers
+    from tests.support.processes import WorkerProcess, worker_env
+    from tests.support.runtime import wait_for_run, wait_until
+
+    model_server.route("Printer", [CREATE, "Filed it."])
+    rt = make_runtime(redis_conn, model_server.url)
+    run, approval = waiting_run(rt, "Printer jam upstairs, file it")
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    try:
+        wait_until(lambda: live_workers(rt.queue), timeout=30, what="the worker to register")
+        capsys.readouterr()
+        assert main(["approvals", "approve", approval]) == 0
+        said = capsys.readouterr().out
+        assert f"run {run.id} goes on" in said and "waits for a worker" not in said, said
+        assert wait_for_run(rt, run.id, timeout=30).status == RunStatus.COMPLETED
+    finally:
+        worker.stop()

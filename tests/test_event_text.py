@@ -49,6 +49,7 @@ SAMPLES: dict[EventKind, dict[str, Any]] = {
     EventKind.SUSPENDED: {"approvals": ["ap_1"]},
     EventKind.ROLES_UNAVAILABLE: {"error": "usergroups.list: ratelimited"},
     EventKind.ROLES_CHANGED: {"before": ["staff", "it-admins"], "after": ["staff"]},
+    EventKind.POLICY_CHANGED: {"before": "0123456789ab", "after": "ba9876543210"},
     EventKind.MODEL_ERROR: {"error": "HTTP 503 from the model server", "timeout": 30.0},
     EventKind.UNGROUNDED_NUMBERS: {"numbers": ["5000", "12.5"]},
     EventKind.DEMOS_SELECTED: {"demos": ["printer-jam", "vpn-reset"]},

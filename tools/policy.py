@@ -1,9 +1,9 @@
 """Who may call which tool, on which argument values, and who may approve it.
 
 A policy maps roles to Slack users and user groups, and tools to rules. It is
-loaded once at start-up (`SWITCHBOARD_POLICY`); a bad file fails with a message
-naming the file, the line and what to fix. Nothing the model writes can change
-it.
+loaded at start-up (`SWITCHBOARD_POLICY`), and again when the file changes
+(worker/policy_watch.py); a bad file fails with a message naming the file, the
+line and what to fix. Nothing the model writes can change it.
 
 Without a file, reads are for everyone and writes for everyone, approved by the
 requester. With a file, what it does not grant is denied: a tool it names

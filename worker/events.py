@@ -38,6 +38,7 @@ class EventKind(StrEnum):
     SUSPENDED = "suspended"
     ROLES_UNAVAILABLE = "roles_unavailable"
     ROLES_CHANGED = "roles_changed"
+    POLICY_CHANGED = "policy_changed"  # the policy file was reloaded while the run was open
     MODEL_ERROR = "model_error"
     UNGROUNDED_NUMBERS = "ungrounded_numbers"
     DEMOS_SELECTED = "demos_selected"
@@ -83,6 +84,7 @@ GENERIC_KINDS: frozenset[EventKind] = frozenset(
         EventKind.HANDED_BACK,
         EventKind.ROLES_UNAVAILABLE,
         EventKind.ROLES_CHANGED,
+        EventKind.POLICY_CHANGED,
         EventKind.MODEL_ERROR,
         EventKind.REPEATED_CALL,
         EventKind.APPROVAL_REMINDED,

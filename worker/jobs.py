@@ -10,15 +10,18 @@ import structlog
 from rq import get_current_job
 
 from worker import runtime
+from worker.audit import log_decision
 from worker.events import EventKind
 from worker.loop import Finish, drive, end
-from worker.run import EndReason, RunStatus
+from worker.run import EndReason, RunSchemaError, RunStatus
 from worker.store import LeaseLost, RunNotFound
 
 log = structlog.get_logger(__name__)
 
 # The outcome of a job whose process was stopping: the run went back to the queue.
 HANDED_BACK = "handed_back"
+# A run this release cannot read (a newer one wrote it): left, untouched, to another worker.
+UNKNOWN_SCHEMA = "unknown_schema"
 
 
 def advance(run_id: str) -> str:
@@ -53,6 +56,9 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
         if outcome == HANDED_BACK:
             rt.enqueue_advance(run_id)
             return outcome
+        if outcome == UNKNOWN_SCHEMA:  # due again, once the lease is gone: the sweeper
+            rt.store.wake(run_id)  # queues it for another worker (a newer one reads it)
+            return outcome
         if not again or outcome in ("missing", "lost"):
             return outcome
 
@@ -63,6 +69,9 @@ def _advance_held(rt: runtime.Runtime, run_id: str, token: str) -> str:
     except RunNotFound:
         log.warning("advance_missing_run", run_id=run_id)
         return "missing"
+    except RunSchemaError as exc:  # a newer release wrote it (mixed fleet): leave it to one
+        log.warning("advance_unknown_schema", run_id=run_id, error=str(exc))
+        return UNKNOWN_SCHEMA
     if run.status.terminal:
         return run.status.value
     try:
@@ -90,6 +99,7 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
     rt.events.append(
         request.run_id, EventKind.APPROVAL_EXPIRED, approval_id=approval_id, tool=request.tool
     )
+    log_decision(decision.request, "expiry")  # nobody decided in time: denied
     run = rt.store.find(request.run_id)
     if run is not None:
         rt.surface(run).approval_resolved(run, decision.request)

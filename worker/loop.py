@@ -97,6 +97,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
 def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> Step:
     if cancelled_by is not None:
         return Finish(RunStatus.PARTIAL, EndReason.CANCELLED, f"cancelled by <@{cancelled_by}>")
+    note_policy(rt, run)
     unconfirmed = check_roles(rt, run)
     if unconfirmed is not None:
         return unconfirmed
@@ -106,6 +107,15 @@ def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> 
     if spent is not None:
         return Finish(RunStatus.PARTIAL, *spent)
     return call_model(rt, run, clock)
+
+
+def note_policy(rt: Runtime, run: Run) -> None:
+    """Record the policy this step is authorised under, and when it changed since the last
+    step (the file was reloaded, worker/policy_watch.py): permissions follow the current one."""
+    version = rt.policy.version
+    if run.policy_version and run.policy_version != version:
+        rt.events.append(run.id, EventKind.POLICY_CHANGED, before=run.policy_version, after=version)
+    run.policy_version = version
 
 
 def check_roles(rt: Runtime, run: Run) -> Finish | None:

@@ -24,6 +24,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -129,7 +130,9 @@ def serve(
     is empty). RQ's scheduler runs in the sweeper thread (see worker/sweeper.py)."""
     runtime.install(rt)
     count = max(1, concurrency or rt.settings.concurrency)
-    signals = Signals()
+    signals = Signals(on_hangup=rt.policy_watcher.wake if rt.policy_watcher else None)
+    if rt.policy_watcher is not None:
+        rt.policy_watcher.start()  # a changed policy file, within its interval or on SIGHUP
     sweeper = Sweeper(rt)
     slots = [Slot(rt, i, burst) for i in range(count)]
     sweeper.start()
@@ -146,6 +149,8 @@ def serve(
         drain(rt, slots, grace)
     finally:
         signals.restore()
+        if rt.policy_watcher is not None:
+            rt.policy_watcher.stop()
         sweeper.stop()
         for slot in slots:
             if slot.alive:  # idle in RQ's blocking dequeue: it goes with the process
@@ -178,12 +183,16 @@ def _replace_ended(slot: Slot) -> Slot:
 class Signals:
     """SIGINT/SIGTERM: the first asks for a graceful stop, the second stops at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_hangup: Callable[[], None] | None = None) -> None:
         self.stop = threading.Event()
         self.previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._on_signal)
+            if on_hangup is not None:  # SIGHUP: look at the policy file now
+                self.previous[signal.SIGHUP] = signal.signal(
+                    signal.SIGHUP, lambda _signum, _frame: on_hangup()
+                )
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop.is_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -12,9 +13,60 @@ from pydantic import BaseModel, Field
 
 SCHEMA_VERSION = 1
 
+# A migration turns a stored document of `from_version` into one of `from_version + 1`; a
+# document is migrated step by step up to SCHEMA_VERSION when it is read (`Run.from_json`),
+# and written back in the current version by the next save. Add one here with every bump of
+# SCHEMA_VERSION, so runs stored by the previous release (suspended ones wait for days)
+# still read. None yet: version 1 is the first.
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+MIGRATIONS: dict[int, Migration] = {}
+
 
 class RunSchemaError(ValueError):
     """A stored run was written by a version of Switchboard this one does not understand."""
+
+    def __init__(self, message: str, version: object = None) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+def migrate(data: Any, migrations: Mapping[int, Migration] | None = None) -> dict[str, Any]:
+    """`data` (a stored run document) in the current SCHEMA_VERSION, through `migrations`
+    (default MIGRATIONS) one version at a time; RunSchemaError for a version that is newer
+    than this one, or older without a migration."""
+    steps = MIGRATIONS if migrations is None else migrations
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    while isinstance(version, int) and not isinstance(version, bool) and version in steps:
+        if version >= SCHEMA_VERSION:
+            break
+        try:
+            data = steps[version](dict(data))
+        except (KeyError, TypeError, ValueError) as exc:  # a document it was not written for
+            raise RunSchemaError(
+                f"stored run of schema_version {version} could not be migrated: "
+                f"{type(exc).__name__}: {exc}",
+                version,
+            ) from exc
+        after = data.get("schema_version") if isinstance(data, dict) else None
+        if after != version + 1:  # a migration that does not advance would loop
+            raise RunSchemaError(
+                f"the migration from schema_version {version} produced {after!r}, "
+                f"not {version + 1}",
+                version,
+            )
+        version = after
+    if version != SCHEMA_VERSION or isinstance(version, bool):  # True == 1 in Python
+        raise RunSchemaError(
+            f"stored run has schema_version {version!r}; this Switchboard reads "
+            f"{SCHEMA_VERSION}" + (" (written by a newer version)" if _newer(version) else ""),
+            version,
+        )
+    assert isinstance(data, dict)
+    return data
+
+
+def _newer(version: object) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION
 
 
 class RunStatus(StrEnum):
@@ -136,16 +188,17 @@ class Run(BaseModel):
     parent_id: str | None = None  # the run this one continues (a thread reply)
     profile: RunProfile | None = None  # None: the defaults (no profile for the channel)
     instructions: str = ""  # the operator's, then the profile's; after the built-in rules
+    # The policy (its version, tools/policy.py) the run's last step was authorised under; a
+    # change mid-run is recorded as a `policy_changed` event. "": saved before it was recorded.
+    policy_version: str = ""
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Run:
-        data = json.loads(raw)
-        version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != SCHEMA_VERSION:
-            raise RunSchemaError(
-                f"stored run has schema_version {version!r}; "
-                f"this Switchboard reads {SCHEMA_VERSION}"
-            )
+        return cls.from_document(migrate(json.loads(raw)))
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any]) -> Run:
+        """A stored document already in the current schema version (see `migrate`)."""
         data.setdefault("outcomes", None)  # saved before outcomes were recorded
         return cls.model_validate(data)
 

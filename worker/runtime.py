@@ -23,6 +23,7 @@ from worker.lease import LeaseKeeper
 from worker.library import Selector
 from worker.limits import Limits, PersonLimits
 from worker.model import NO_MODEL, Model, ModelNotConfigured
+from worker.policy_watch import PolicyWatcher
 from worker.roles import RolesResolver
 from worker.run import Budgets, Run
 from worker.store import RunStore
@@ -70,6 +71,10 @@ class Runtime:
     # The requester's current roles, asked before every step (worker/roles.py); None: the
     # roles recorded at the start stand (no Slack: the policy names every member).
     roles: RolesResolver | None = None
+    # Live policy (worker/policy_watch.py), started by the bot and worker processes; None
+    # without a policy file. Whoever asks the policy reads `rt.policy` (worker.service.Access
+    # does), so a new one is in force at the next question, click or step.
+    policy_watcher: PolicyWatcher | None = None
 
     def __post_init__(self) -> None:
         self._models: dict[str, Model] = {}
@@ -92,6 +97,11 @@ class Runtime:
         self.queue = Queue(
             self.settings.queue_name, connection=self.redis, serializer=JSONSerializer
         )
+
+    def use_policy(self, policy: Policy) -> None:
+        """Put `policy` in force in this process: the next step of every run, the next click
+        and the next question are checked against it."""
+        self.policy = policy
 
     def save(self, run: Run, lease_token: str) -> str | None:
         """Save a run this process holds, with the events its step recorded. Returns who asked

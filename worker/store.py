@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import redis
+import structlog
 
 from approvals import WAKE_LUA
 from worker.eventlog import MAX_EVENTS_PER_RUN
 from worker.keys import Keys
-from worker.run import Run, RunSchemaError, RunStatus
+from worker.run import Run, RunSchemaError, RunStatus, migrate
 
 # KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
@@ -46,6 +50,8 @@ end
 return 0
 """
 
+log = structlog.get_logger(__name__)
+
 # How long a queued mark may outlive its job. A mark names its job, and the sweeper checks that
 # job is really in the queue, so a stale mark costs nothing; this only bounds the key's life.
 QUEUED_MARK_SECONDS = 24 * 3600
@@ -70,6 +76,11 @@ class RunStore:
         self._save = connection.register_script(_SAVE)
         self._wake = connection.register_script(_WAKE)
         self._clear_queued = connection.register_script(_CLEAR_QUEUED)
+        # Runs of a schema version this process cannot read, skipped by every listing: how
+        # many times, and the versions already logged (each once per process, not per listing).
+        self.skipped_unknown = 0
+        self._logged_versions: set[str] = set()
+        self._skip_lock = threading.Lock()
 
     # documents
     def create(self, run: Run, *, wake: bool = True) -> None:
@@ -176,7 +187,7 @@ class RunStore:
             index = self.keys.user_runs(user_id) if user_id else self.keys.all_runs
             ids = self.redis.zrevrange(index, 0, (limit * 5 if status else limit) - 1)
         raws = self.redis.mget([self.keys.run(i.decode()) for i in ids]) if ids else []
-        runs = [Run.from_json(raw) for raw in raws if raw is not None]
+        runs = self.readable(zip(ids, raws, strict=True))
         if status is not None:
             runs = [r for r in runs if r.status == status]
         return runs[:limit]
@@ -187,15 +198,42 @@ class RunStore:
         ids = self.redis.zrangebyscore(self.keys.all_runs, since, "+inf", start=0, num=limit)
         runs: list[Run] = []
         for start in range(0, len(ids), 200):
-            raws = self.redis.mget([self.keys.run(i.decode()) for i in ids[start : start + 200]])
-            for raw in raws:
-                if raw is None:
-                    continue
-                try:
-                    runs.append(Run.from_json(raw))
-                except RunSchemaError:
-                    continue
+            chunk = ids[start : start + 200]
+            raws = self.redis.mget([self.keys.run(i.decode()) for i in chunk])
+            runs += self.readable(zip(chunk, raws, strict=True))
         return runs
+
+    def readable(self, stored: Iterable[tuple[bytes, bytes | None]]) -> list[Run]:
+        """The runs among (id, document) pairs that this version reads: gone ones are left
+        out, and so are runs of an unknown schema version (a newer release wrote them, or one
+        without a migration), counted in `skipped_unknown` and logged once per version."""
+        return [Run.from_document(data) for data in self.documents(stored)]
+
+    def documents(self, stored: Iterable[tuple[bytes, bytes | None]]) -> list[dict[str, Any]]:
+        """As `readable`, the documents as stored (migrated to this version), not validated
+        into runs: for reading many (a filter, an export) where most are not needed as runs."""
+        documents: list[dict[str, Any]] = []
+        for run_id, raw in stored:
+            if raw is None:
+                continue
+            try:
+                documents.append(migrate(json.loads(raw)))
+            except RunSchemaError as exc:
+                self._skipped(run_id.decode(), exc)
+        return documents
+
+    def _skipped(self, run_id: str, exc: RunSchemaError) -> None:
+        with self._skip_lock:
+            self.skipped_unknown += 1
+            first = repr(exc.version) not in self._logged_versions
+            self._logged_versions.add(repr(exc.version))
+        if first:
+            log.warning(
+                "run_schema_unknown_skipped",
+                run_id=run_id,
+                schema_version=repr(exc.version),
+                error=str(exc),
+            )
 
     def trim_indexes(self) -> None:
         """Drop index entries of runs past retention (their documents expired on their own:

@@ -59,7 +59,7 @@ def on_approve(
     who, approval_id = found
     roles = sb.identity.roles(who.user, who.team)
     outcome = decisions.decide(
-        sb.rt, approval_id, decider_id=who.user, decider_roles=roles, approve=True
+        sb.rt, approval_id, decider_id=who.user, decider_roles=roles, approve=True, surface="slack"
     )
     after_decision(sb, client, who, outcome)
 
@@ -107,6 +107,7 @@ def on_reject_submitted(
         approve=False,
         reason=reason,
         instructions=instructions,
+        surface="slack",
     )
     after_decision(sb, client, who, outcome)
 

@@ -39,6 +39,7 @@ def on_decide_all(
         decider_id=who.user,
         decider_roles=sb.identity.roles(who.user, who.team),
         approve=action.get("action_id") == APPROVE_ALL,
+        surface="slack",
     )
     if not outcome.found:
         tell(client, who, m.APPROVAL_NOT_FOUND)

@@ -112,6 +112,12 @@ def on_edit_submitted(
     ack()
     who = Clicked.submitted(user, team, meta, request.cards)
     outcome = decisions.decide(
-        sb.rt, request.id, decider_id=user, decider_roles=roles, approve=True, edited_args=args
+        sb.rt,
+        request.id,
+        decider_id=user,
+        decider_roles=roles,
+        approve=True,
+        edited_args=args,
+        surface="slack",
     )
     after_decision(sb, client, who, outcome)

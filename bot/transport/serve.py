@@ -116,6 +116,7 @@ def serve(
         log.error("slack_start_failed", error=str(exc)[:300], hint=START_HINT)
         return 2
     stop_on_sigterm()
+    watch_policy(rt)
     if http:
         server = SlackHTTPServer(app, rt, ("0.0.0.0", port), signing_secret=signing_secret)
         log.info("bot_started", mode="http", port=server.port, path=EVENTS_PATH)
@@ -135,6 +136,16 @@ def serve(
     finally:
         handler.close()
     return 0
+
+
+def watch_policy(rt: Runtime) -> None:
+    """Pick up a changed policy file while serving (every few seconds, and on SIGHUP)."""
+    if rt.policy_watcher is None:
+        return
+    rt.policy_watcher.start()
+    if threading.current_thread() is threading.main_thread():
+        watcher = rt.policy_watcher
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: watcher.wake())
 
 
 def stop_on_sigterm() -> None:

@@ -61,6 +61,7 @@ def submit(
         budgets=rt.settings.budgets.model_copy(),
         origin=dict(origin or {}),
         parent_id=parent.id if parent else None,
+        policy_version=rt.policy.version,
     )
     profiles.start(rt, run, agent)
     rt.store.create(run, wake=False)

@@ -17,7 +17,7 @@ import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
-from worker import metrics
+from worker import audit, metrics
 from worker.events import EventKind
 from worker.roles import RolesUnavailable
 from worker.runtime import Runtime
@@ -52,11 +52,13 @@ def decide(
     reason: str = "",
     edited_args: dict[str, Any] | None = None,
     instructions: str = "",
+    surface: str = "unknown",
 ) -> DecisionOutcome:
     """Approve or reject, if `Access.may_decide` lets this person; of concurrent decisions
     exactly one wins, the others learn who decided. `edited_args` approve with edits (they
     are checked as the model's arguments were, for the requester); `instructions` go with
-    a rejection, to the model, as the approver's words."""
+    a rejection, to the model, as the approver's words. `surface` (slack, console, cli...)
+    names where the decision was made, for the audit log line."""
     try:
         request = rt.approvals.get(approval_id)
     except ApprovalNotFound:
@@ -89,6 +91,7 @@ def decide(
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
     rt.cancel_expiry(approval_id)
     metrics.approval_decided(decision.request)
+    audit.log_decision(decision.request, surface)
     rt.events.append(
         request.run_id,
         EventKind.APPROVAL_DECIDED,
@@ -114,7 +117,13 @@ class BatchOutcome:
 
 
 def decide_batch(
-    rt: Runtime, batch_id: str, *, decider_id: str, decider_roles: frozenset[str], approve: bool
+    rt: Runtime,
+    batch_id: str,
+    *,
+    decider_id: str,
+    decider_roles: frozenset[str],
+    approve: bool,
+    surface: str = "unknown",
 ) -> BatchOutcome:
     """Approve all / Reject all: every item still pending that this person may decide,
     each decided (and checked) on its own."""
@@ -130,7 +139,12 @@ def decide_batch(
             refused.append(request)
             continue
         outcome = decide(
-            rt, request.id, decider_id=decider_id, decider_roles=decider_roles, approve=approve
+            rt,
+            request.id,
+            decider_id=decider_id,
+            decider_roles=decider_roles,
+            approve=approve,
+            surface=surface,
         )
         if outcome.result == DecisionResult.DECIDED and outcome.request is not None:
             decided.append(outcome.request)

@@ -3,11 +3,15 @@ a workspace's runs when the app is uninstalled from it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import structlog
 
+from worker import audit
+from worker.audit import Found, RunFilter
 from worker.events import Event, EventKind
 from worker.run import Run, RunStatus
 from worker.runtime import Runtime
@@ -129,3 +133,18 @@ def wait_for_events(rt: Runtime, run_id: str, after: str, block_ms: int) -> list
 def events_so_far(rt: Runtime, run_id: str) -> str:
     """The id of the run's last event now: follow the run from there."""
     return str(rt.redis.llen(rt.events.keys.events(run_id)))
+
+
+def search(rt: Runtime, where: RunFilter, *, limit: int) -> Found:
+    """Runs matching `where`, newest first (worker.audit: bounded reads)."""
+    return audit.find_runs(rt.store, where, limit=limit)
+
+
+def export(rt: Runtime, since: float, until: float | None) -> Iterator[dict[str, Any]]:
+    """Every run created in the range, oldest first, with its whole trajectory."""
+    return audit.export_runs(rt.store, rt.events, since, until)
+
+
+def skipped_unknown(rt: Runtime) -> int:
+    """Runs of a schema version this release cannot read, left out of listings so far."""
+    return rt.store.skipped_unknown
