@@ -90,14 +90,27 @@ class PersonLimits:
                     f"You asked {count} questions this minute; the limit is {per_minute} a "
                     "minute. Please ask again in a minute."
                 )
+        over = self.over_spend(user_id)
+        if over is not None:
+            raise LimitExceeded(
+                over[0].upper() + over[1:] + " Please ask again tomorrow or ask an admin."
+            )
+
+    def over_spend(self, user_id: str) -> str | None:
+        """Before every model call of a run (and when a question is asked): the day's spend
+        in words when it has reached the cap, else None. Checked per call, not only when a
+        question is accepted, so neither a run admitted later from the person's line nor a
+        long run can spend past the cap by more than the one call that crossed it."""
         per_day = self.limits.cost_per_day
-        if per_day:
-            spent = float(self.redis.get(self._cost_key(user_id)) or 0)
-            if spent >= per_day:
-                raise LimitExceeded(
-                    f"Your questions today have used ${spent:.2f} of model time; the limit is "
-                    f"${per_day:.2f} a day (UTC). Please ask again tomorrow or ask an admin."
-                )
+        if not per_day:
+            return None
+        spent = float(self.redis.get(self._cost_key(user_id)) or 0)
+        if spent < per_day:
+            return None
+        return (
+            f"your questions today have used ${spent:.2f} of model time; the limit is "
+            f"${per_day:.2f} a day (UTC)."
+        )
 
     def admit(self, user_id: str, run_id: str) -> bool:
         """True when the run may be queued now; False when it waits in the person's line."""

@@ -106,6 +106,9 @@ def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> 
     spent = exhausted(run.budgets, run.usage, clock.total())
     if spent is not None:
         return Finish(RunStatus.PARTIAL, *spent)
+    over = rt.limits.over_spend(run.requester.user_id)  # the person's day, across their runs
+    if over is not None:
+        return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     return call_model(rt, run, clock)
 
 
