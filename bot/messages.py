@@ -31,6 +31,14 @@ ESCALATED_DM = (
     ":arrow_double_up: Escalated to you: {user}'s call to *{tool}* has waited too long for "
     "a decision, and you may decide it now (expires {expires}). {where}"
 )
+REMIND_DM_CALLS = (
+    ":bell: {user}'s {count} calls ({tools}) are waiting for your decision (the first expires "
+    "{expires}). {where}"
+)
+ESCALATED_DM_CALLS = (
+    ":arrow_double_up: Escalated to you: {user}'s {count} calls ({tools}) have waited too long "
+    "for a decision, and you may decide them now (the first expires {expires}). {where}"
+)
 REMIND_LINK = "<{link}|Open the card>"
 CARD_ESCALATED = ", or (escalated) {roles}"
 REMIND_NO_LINK = "Find it in Switchboard's App Home."

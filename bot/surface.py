@@ -318,16 +318,42 @@ class SlackSurface:
             except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
 
-    @never_raises
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
-        """DM the people who may decide, with a link to the card (bot.reminders)."""
+        self.approval_reminders(run, [request], escalated=escalated)
+
+    @never_raises
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None:
+        """DM the people who may decide the requests of one card, with a link to it: one DM
+        per person, at most one a minute per person (bot.reminders)."""
         if self.gone(run):
             return
         if self._groups is None:
             self._groups = user_groups(self.rt, self.client)
-        reminders.remind(self.client, self.rt.policy, self._groups, request, escalated=escalated)
-        if escalated:  # the cards say who may decide now
-            self.show_outcome(request)
+        kind = "escalated" if escalated else "reminded"
+        reminders.remind(
+            self.client,
+            self.rt.policy,
+            self._groups,
+            requests,
+            escalated=escalated,
+            may_tell=lambda person: self.first_dm_in_a_while(person, kind),
+        )
+        if escalated:  # the cards say who may decide now: each card drawn once
+            drawn: set[tuple[str, str]] = set()
+            for request in requests:
+                cards = {(c["channel"], c["ts"]) for c in request.cards}
+                if cards and cards <= drawn:
+                    continue
+                drawn |= cards
+                self.show_outcome(request)
+
+    def first_dm_in_a_while(self, person: str, kind: str) -> bool:
+        """True for the first `kind` DM to `person` in REMINDER_INTERVAL seconds (one key
+        in Redis, so every worker process shares the cap)."""
+        key = self.rt.store.keys.person(person, kind)
+        return bool(self.rt.redis.set(key, "1", nx=True, ex=reminders.REMINDER_INTERVAL))
 
     # -- the answer as it is written (bot/stream.py) -----------------------------------------
 

@@ -411,8 +411,7 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
             run.repeated.clear()
     if asked:
         rt.surface(run).approvals_requested(run, asked)
-        for request, _ in asked:  # once the cards exist: a reminder links to them
-            reminders.schedule(rt, request)
+        reminders.schedule(rt, [request for request, _ in asked])  # once the cards exist
     if any(c.state == "pending" for c in run.turn):
         rt.surface(run).progress(run, "Waiting for approval")
         return Suspend()

@@ -29,6 +29,10 @@ class Surface(Protocol):
 
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None: ...
 
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None: ...
+
     def finished(self, run: Run) -> None: ...
 
 
@@ -48,6 +52,11 @@ class SilentSurface:
         return None
 
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+        return None
+
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None:
         return None
 
     def finished(self, run: Run) -> None:
@@ -79,11 +88,21 @@ class Guarded:
         self._call("approval_resolved", run, request)
 
     def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
-        if hasattr(self.inner, "approval_reminder"):  # a surface may have no way to remind
-            try:
-                self.inner.approval_reminder(run, request, escalated=escalated)
-            except Exception:  # as _call: the surface is someone else's system
-                log.exception("surface_failed", method="approval_reminder", run_id=run.id)
+        self.approval_reminders(run, [request], escalated=escalated)
+
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None:
+        """The requests of one card, together (one DM per person, not one per request); a
+        surface that can only remind of one request is told of each."""
+        try:
+            if hasattr(self.inner, "approval_reminders"):
+                self.inner.approval_reminders(run, requests, escalated=escalated)
+            elif hasattr(self.inner, "approval_reminder"):  # a surface may have no way to remind
+                for request in requests:
+                    self.inner.approval_reminder(run, request, escalated=escalated)
+        except Exception:  # as _call: the surface is someone else's system
+            log.exception("surface_failed", method="approval_reminders", run_id=run.id)
 
     def finished(self, run: Run) -> None:
         self._call("finished", run)
