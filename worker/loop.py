@@ -218,12 +218,24 @@ def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
         cost=round(cost, 8),
         seconds=round(turn.seconds, 3),
         content=(turn.content or "")[:2000],
-        calls=[{"id": c.id, "name": c.name, "arguments": c.arguments[:2000]} for c in turn.calls],
+        calls=[
+            {"id": c.id, "name": c.name, "arguments": c.arguments[:2000]}
+            for c in turn.calls[: run.budgets.max_tool_calls + 1]  # one more: the run ends
+        ],
+        calls_proposed=len(turn.calls),
     )
 
 
 def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
     """Check every proposed call; run reads now; ask people about writes."""
+    if run.usage.tool_calls + len(turn.calls) > run.budgets.max_tool_calls:
+        run.usage.tool_calls += len(turn.calls)  # the calls' arguments are not kept: the
+        return Finish(  # run ends, and the model_call event has the first 2,000 characters
+            RunStatus.PARTIAL,
+            EndReason.TOOL_CALLS,
+            f"the model asked for {run.usage.tool_calls} tool calls "
+            f"(limit {run.budgets.max_tool_calls})",
+        )
     run.messages.append(
         {
             "role": "assistant",
@@ -239,13 +251,6 @@ def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
         }
     )
     run.usage.tool_calls += len(turn.calls)
-    if run.usage.tool_calls > run.budgets.max_tool_calls:
-        return Finish(
-            RunStatus.PARTIAL,
-            EndReason.TOOL_CALLS,
-            f"the model asked for {run.usage.tool_calls} tool calls "
-            f"(limit {run.budgets.max_tool_calls})",
-        )
     run.turn = [Call(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls]
     for position, call in enumerate(run.turn):
         repeated = check_call(rt, run, call, position)
