@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
 from worker.limits import Limits
+from worker.process import make_worker
 from worker.run import EndReason, Requester, RunStatus
 from worker.runtime import Runtime
 
@@ -108,6 +110,35 @@ def test_a_long_run_stops_before_the_call_that_would_go_past_the_days_cap(redis_
     assert (ended.status, ended.reason) == (RunStatus.PARTIAL, EndReason.COST)
     assert ended.usage.steps == 3 and "your questions today have used $0.06" in ended.detail
     assert spent_today(rt, ALICE.user_id) <= 0.05 + CALL_COST
+
+
+@pytest.mark.slow  # three worker loops in threads, 2 s model calls
+def test_concurrent_runs_of_one_person_spend_at_most_one_call_past_the_cap(
+    redis_conn, model_server
+):
+    """Three runs of one person ask the model at the same moment, with $0.02 of $0.05 spent:
+    checked only against what is spent, all three would start (and spend $0.08); the calls
+    in flight count, so the third does not."""
+    model_server.route("warm", [priced("first answer")])
+    model_server.route("together", [priced("slow answer", delay=2.0)])
+    limits = Limits(cost_per_day=0.05, runs_in_flight=3)
+    rt = make_runtime(redis_conn, model_server.url, limits=limits)
+    rt.prices = PRICED
+    service.submit(rt, "warm up", ALICE)
+    work(rt)  # $0.02 spent; the largest call so far costs $0.02
+    runs = [service.submit(rt, f"together {n}", ALICE) for n in range(3)]
+    slots = [make_worker(rt, slot=n) for n in range(3)]
+    threads = [threading.Thread(target=w.work, kwargs={"burst": True}) for w in slots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert spent_today(rt, ALICE.user_id) <= 0.05 + CALL_COST + 1e-9
+    ended = [rt.store.load(r.id) for r in runs]
+    stopped = [r for r in ended if r.status == RunStatus.PARTIAL]
+    assert len(stopped) == 1 and stopped[0].reason == EndReason.COST
+    assert "expected to use the rest of today's $0.05" in stopped[0].detail
 
 
 # -- limits in the policy file ----------------------------------------------------------------

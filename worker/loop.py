@@ -106,9 +106,6 @@ def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> 
     spent = exhausted(run.budgets, run.usage, clock.total())
     if spent is not None:
         return Finish(RunStatus.PARTIAL, *spent)
-    over = rt.limits.over_spend(run.requester.user_id)  # the person's day, across their runs
-    if over is not None:
-        return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     return call_model(rt, run, clock)
 
 
@@ -138,12 +135,16 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     specs = [tool.openai_spec() for tool in rt.registry if tool.name in allowed]
     remaining = run.budgets.deadline_seconds - clock.total()
     timeout = max(1.0, min(rt.settings.model_timeout, remaining))
+    over = rt.limits.begin_call(run.requester.user_id, run.id)  # the person's day, all runs
+    if over is not None:
+        return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     rt.surface(run).progress(
         run, f"Thinking (step {run.usage.steps + 1} of {run.budgets.max_steps})"
     )
     try:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
         turn = model.complete(messages, specs, timeout, answer_sink(rt, run))
+        record_usage(rt, run, turn)  # spent before the call stops counting as in flight
     except ModelError as exc:
         rt.events.append(run.id, EventKind.MODEL_ERROR, error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:
@@ -151,7 +152,8 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
                 RunStatus.PARTIAL, EndReason.DEADLINE, "ran out of time waiting for the model"
             )
         return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, exc.detail)
-    record_usage(rt, run, turn)
+    finally:
+        rt.limits.end_call(run.requester.user_id, run.id)
     if turn.refusal:
         return Finish(
             RunStatus.PARTIAL, EndReason.REFUSED, f"the model refused: {turn.refusal[:500]}"
