@@ -81,13 +81,17 @@ def test_an_edited_question_starts_no_second_run_and_does_not_count_again(
 def test_the_limit_holds_in_an_assistant_thread_and_is_said_there(
     env: BotEnv, model_server: FakeOpenAI
 ) -> None:
+    model_server.route("assistant question", ["an answer"])
     limit(env)
     thread_ts = next_ts()
     started = {"user_id": ALICE, "channel_id": "D0001", "thread_ts": thread_ts, "context": {}}
     env.event({"type": "assistant_thread_started", "assistant_thread": started})
     env.slack.wait_for_call("assistant.threads.setSuggestedPrompts")
-    for n in range(PER_MINUTE + 1):
+    for n in range(PER_MINUTE):  # a question, its answer, a follow-up, its answer
         env.event(message_im(f"assistant question {n}", user=ALICE, thread_ts=thread_ts))
+        env.wait_for_runs(n + 1)
+        env.work()
+    env.event(message_im("assistant question, one too many", user=ALICE, thread_ts=thread_ts))
     [told] = wait_until(lambda: refusals(env), what="the refusal")
     assert told["channel"] == "D0001" and told["thread_ts"] == thread_ts
     env.settle()

@@ -15,7 +15,7 @@ from tests.support.slack_bot import ALICE, BotEnv, texts
 from worker.run import EndReason, RunStatus
 
 DEADLINE = 3.0
-SLACK = 1.5  # the step's bookkeeping and the worker's job start, on two busy cores
+SLACK = 2.0  # the step's bookkeeping and the job start, on two busy cores (unfixed: 3.0 s or more)
 
 
 def answer_posts(env: BotEnv, thread_ts: str) -> str:
