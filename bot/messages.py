@@ -39,6 +39,10 @@ ESCALATED_DM_CALLS = (
     ":arrow_double_up: Escalated to you: {user}'s {count} calls ({tools}) have waited too long "
     "for a decision, and you may decide them now (the first expires {expires}). {where}"
 )
+DIGEST_HEAD = ":bell: {count} more calls are waiting for your decision:"
+DIGEST_ESCALATED = ":arrow_double_up: {count} more calls were escalated to you:"
+DIGEST_LINE = "• {count} × {tools}, asked by {user}. {where}"
+DIGEST_MORE = "• and {count} more cards: see Switchboard's App Home."
 REMIND_LINK = "<{link}|Open the card>"
 CARD_ESCALATED = ", or (escalated) {roles}"
 REMIND_NO_LINK = "Find it in Switchboard's App Home."

@@ -7,7 +7,8 @@ call. The people are the members of the roles the policy names: Slack user ids, 
 members of `@usergroup` handles (read with `usergroups.list`). The requester is told only
 when they may decide their own call (self-approval). On top of that, `may_tell` caps the
 DMs per person (SlackSurface: one reminder and one escalation per person a minute), so
-however many cards one person makes the bot post, an approver is not flooded.
+however many cards one person makes the bot post, an approver is not flooded; what the cap
+holds back is sent as one digest when the minute is over (`send_digest`, an RQ job).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from bot import messages as m
 from bot.identity import UserGroups
 from bot.mrkdwn import cut, date, escape, mention
 from tools.policy import REQUESTER, Policy
+from worker import runtime
 from worker.roles import RolesUnavailable
 
 log = structlog.get_logger(__name__)
 
 MAX_DMS = 50  # people told about one card, at most
+DIGEST_CARDS = 5  # cards a digest links to; the rest are counted (App Home lists them all)
+DIGEST_HELD = 200  # requests held for one person's digest, at most
 # seconds: at most one reminder DM and one escalation DM per person in this long, however many
 # cards wait for them (App Home lists them all)
 REMINDER_INTERVAL = 60
@@ -83,9 +87,11 @@ def remind(
     *,
     escalated: bool,
     may_tell: Callable[[str], bool] = lambda person: True,
+    hold: Callable[[str, list[ApprovalRequest]], None] = lambda person, requests: None,
 ) -> list[str]:
     """Send the DMs for the requests of one card: one per person, naming the calls that
-    person may decide; `may_tell(person)` False skips them (capped). Returns who was told."""
+    person may decide; when `may_tell(person)` is False (capped), the calls are passed to
+    `hold` for that person's next digest instead. Returns who was told."""
     if not requests:
         return []
     theirs: dict[str, list[ApprovalRequest]] = {}
@@ -100,6 +106,7 @@ def remind(
     for person in sorted(theirs)[:MAX_DMS]:
         if not may_tell(person):
             capped += 1
+            hold(person, theirs[person])
             continue
         try:
             client.chat_postMessage(
@@ -136,3 +143,36 @@ def dm_text(requests: list[ApprovalRequest], where: str, escalated: bool) -> str
         expires=expires,
         where=where,
     )
+
+
+def digest_text(client: WebClient, requests: list[ApprovalRequest], escalated: bool) -> str:
+    """One DM for the calls held back from a person by the cap: each card once, with a link."""
+    by_card: dict[str, list[ApprovalRequest]] = {}
+    for request in requests:
+        card = request.cards[0] if request.cards else {}
+        by_card.setdefault(f"{card.get('channel')}:{card.get('ts')}", []).append(request)
+    lines = []
+    for group in list(by_card.values())[:DIGEST_CARDS]:
+        link = card_link(client, group[0])
+        names = ", ".join(dict.fromkeys(r.tool for r in group))
+        lines.append(
+            m.DIGEST_LINE.format(
+                count=len(group),
+                tools=cut(escape(names), 200),
+                user=mention(group[0].requester),
+                where=m.REMIND_LINK.format(link=link) if link else m.REMIND_NO_LINK,
+            )
+        )
+    if len(by_card) > DIGEST_CARDS:
+        lines.append(m.DIGEST_MORE.format(count=len(by_card) - DIGEST_CARDS))
+    head = m.DIGEST_ESCALATED if escalated else m.DIGEST_HEAD
+    return head.format(count=len(requests)) + "\n" + "\n".join(lines)
+
+
+def send_digest(person: str, kind: str) -> str:
+    """The RQ job, at the end of a person's interval: DM what was held back from them."""
+    rt = runtime.current()
+    digest = getattr(rt.surfaces.get("slack"), "digest", None)
+    if digest is None:
+        return "no slack surface"
+    return str(digest(person, kind))

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import ParamSpec
 
 import redis
@@ -339,6 +340,7 @@ class SlackSurface:
             requests,
             escalated=escalated,
             may_tell=lambda person: self.first_dm_in_a_while(person, kind),
+            hold=lambda person, held: self.hold_for_digest(person, held, kind),
         )
         if escalated:  # the cards say who may decide now: each card drawn once
             drawn: set[tuple[str, str]] = set()
@@ -348,6 +350,57 @@ class SlackSurface:
                     continue
                 drawn |= cards
                 self.show_outcome(request)
+
+    def hold_for_digest(self, person: str, requests: list[ApprovalRequest], kind: str) -> None:
+        """Keep the calls a capped person was not told of, and queue (once per interval) the
+        job that DMs them together when the interval is over (bot.reminders.send_digest)."""
+        keys, held = self.rt.store.keys, self.rt.store.keys.person(person, kind + ":held")
+        if self.rt.redis.scard(held) < reminders.DIGEST_HELD:
+            pipe = self.rt.redis.pipeline(transaction=False)
+            pipe.sadd(held, *[r.id for r in requests])
+            pipe.expire(held, int(self.rt.settings.approval_ttl))
+            pipe.execute()
+        due = keys.person(person, kind + ":digest")
+        if self.rt.redis.set(due, "1", nx=True, ex=reminders.REMINDER_INTERVAL):
+            self.rt.queue.enqueue_in(
+                timedelta(seconds=reminders.REMINDER_INTERVAL),
+                "bot.reminders.send_digest",
+                person,
+                kind,
+                job_id=f"digest-{kind}-{person}",
+            )
+
+    def digest(self, person: str, kind: str) -> str:
+        """DM `person` the calls held back from them that still wait for them to decide."""
+        held = self.rt.store.keys.person(person, kind + ":held")
+        pipe = self.rt.redis.pipeline(transaction=True)
+        pipe.smembers(held)
+        pipe.delete(held)
+        ids = sorted(i.decode() if isinstance(i, bytes) else str(i) for i in pipe.execute()[0])
+        if self._groups is None:
+            self._groups = user_groups(self.rt, self.client)
+        escalated = kind == "escalated"
+        waiting = [
+            r
+            for r in (self.rt.approvals.find(i) for i in ids)
+            if r is not None
+            and not r.decided
+            and not self.installations.revoked(r.team_id)
+            and person in reminders.recipients(self.rt.policy, self._groups, r, escalated=escalated)
+        ]
+        if not waiting:
+            return "nothing waits"
+        if not self.first_dm_in_a_while(person, kind):  # told of another card meanwhile
+            self.hold_for_digest(person, waiting, kind)
+            return "held again"
+        text = reminders.digest_text(self.client, waiting, escalated)
+        try:
+            self.client.chat_postMessage(channel=person, text=text, unfurl_links=False)
+        except SLACK_ERRORS as exc:
+            log.info("reminder_digest_not_sent", user=person, error=type(exc).__name__)
+            return "not sent"
+        log.info("reminder_digest_sent", user=person, calls=len(waiting), escalated=escalated)
+        return "sent"
 
     def first_dm_in_a_while(self, person: str, kind: str) -> bool:
         """True for the first `kind` DM to `person` in REMINDER_INTERVAL seconds (one key

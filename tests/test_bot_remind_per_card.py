@@ -7,6 +7,7 @@ records every DM), FakeOpenAI, Redis, RQ."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -14,10 +15,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from bot import reminders
 from bot.blocks import APPROVE_ALL
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_events import app_mention
+from tests.support.runtime import wait_until
 from tests.support.slack_bot import ALICE, SUPPORT, SUPPORT2, BotEnv, bot_env, has_button
+from worker.sweeper import Sweeper
 
 MANAGER = "UMANAGER"
 APPROVERS = (SUPPORT, SUPPORT2, MANAGER)
@@ -112,3 +116,25 @@ def test_escalating_an_eight_write_turn_tells_each_escalation_approver_once(
         [card_ts] = {c["ts"] for r in requests for c in r.cards}
         redraws = [c for c in env.slack.calls("chat.update") if c["ts"] == card_ts]
         assert len(redraws) == 1  # the shared card is drawn again once, not once per item
+
+
+def test_what_the_cap_held_back_comes_in_one_digest_per_person_after_the_interval(
+    make_env, model_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reminders, "REMINDER_INTERVAL", 1)  # a second, not a minute
+    with make_env("remind_after: 0") as env:
+        ask_for_eight(env, model_server, "file eight tickets")
+        ask_for_eight(env, model_server, "file eight more tickets")
+        assert [len(dms_to(env, a)) for a in APPROVERS] == [1, 1, 1]  # capped
+        scheduler = Sweeper(env.rt).scheduler
+        assert scheduler.acquire_locks()
+        due = time.time() + reminders.REMINDER_INTERVAL
+        wait_until(lambda: time.time() > due, what="the end of the interval")
+        scheduler.enqueue_scheduled_jobs()
+        env.work()
+        second_card = env.rt.approvals.get(env.runs()[0].pending_approvals[0]).cards[0]["ts"]
+        for approver in APPROVERS:
+            first, digest = dms_to(env, approver)  # one per card, no more
+            assert "8 calls" in first["text"] and second_card.replace(".", "") not in first["text"]
+            assert "8 more calls are waiting for your decision" in digest["text"]
+            assert second_card.replace(".", "") in digest["text"]  # the link to that card
