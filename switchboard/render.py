@@ -23,7 +23,7 @@ REASONS = {
     "length": "the model's reply was cut off",
     "content_filter": "the model's reply was filtered",
     "refused": "the model refused",
-    "model_error": "the model could not be reached",
+    "model_error": "the model could not be reached or did not answer in time",
     "internal_error": "an internal error stopped it",
 }
 

@@ -321,7 +321,8 @@ def test_well_formed_questions_start_exactly_one_run_when_they_can(
     delivery = deliver(served, event_callback(event))
     assert delivery.status == 200
     question = text.strip()
-    if 0 < len(question) <= MAX_QUESTION_CHARS:
+    an_edit = extra.get("edited") is not None  # an edit re-sends a question already asked
+    if 0 < len(question) <= MAX_QUESTION_CHARS and not an_edit:
         [run] = served.env.runs()
         assert run.question == question and run.requester.user_id == ALICE
         assert served.env.rt.queue.count == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,17 +11,21 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bot.render.blocks import answer_messages
 from switchboard.settings import Config
 from switchboard.wiring import build_runtime
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.runtime import ALICE, make_runtime, work
+from tests.support.slack_bot import texts
 from tools.exceptions import PolicyError
 from tools.policy import Policy
 from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
 from worker.limits import Limits
-from worker.run import Requester, RunStatus
+from worker.process import make_worker
+from worker.run import EndReason, Requester, RunStatus
+from worker.runtime import Runtime
 
 MALLORY = Requester(user_id="UMALLORY", team_id="T0001", channel_id="C0001", roles=["everyone"])
 
@@ -61,6 +66,79 @@ def test_the_days_spend_is_capped_per_person(redis_conn, model_server):
     with pytest.raises(service.QuestionRejected, match="a day"):
         service.submit(rt, "pricey again", ALICE)
     service.submit(rt, "pricey for someone else", MALLORY)
+
+
+# -- the day's spend, checked before every model call (issue 21, item 4) ----------------------
+
+CALL_COST = 0.02  # every scripted call below: 1,000 prompt tokens at $20 per million
+PRICED = PriceTable({"gpt-fake": (20.0, 0.0)})
+
+
+def priced(text: str | None = None, **fields: object) -> Turn:
+    return Turn(text=text, usage=(1000, 0), **fields)  # type: ignore[arg-type]
+
+
+def spent_today(rt: Runtime, user_id: str) -> float:
+    return float(rt.redis.get(rt.limits._cost_key(user_id)) or 0)
+
+
+def test_five_quick_questions_spend_at_most_the_cap_and_one_call(redis_conn, model_server):
+    model_server.route("quick", [priced("a quick answer")])
+    limits = Limits(cost_per_day=0.05, runs_in_flight=2)  # three of five wait in the line
+    rt = make_runtime(redis_conn, model_server.url, limits=limits)
+    rt.prices = PRICED
+    runs = [service.submit(rt, f"quick question {n}", ALICE) for n in range(5)]  # all accepted
+    work(rt)
+    assert spent_today(rt, ALICE.user_id) <= 0.05 + CALL_COST
+    assert len(model_server.chat_requests) == 3  # 0.02, 0.04, then 0.06 crosses the cap
+    ended = [rt.store.load(r.id) for r in runs]
+    stopped = [r for r in ended if r.status == RunStatus.PARTIAL]
+    assert len(stopped) == 2 and all(r.usage.steps == 0 for r in stopped)
+    for run in stopped:  # the asker is told why, in the answer's words
+        assert run.reason == EndReason.COST and "limit is $0.05 a day" in run.detail
+        assert "limit is $0.05 a day" in texts([m.blocks for m in answer_messages(run)])
+
+
+def test_a_long_run_stops_before_the_call_that_would_go_past_the_days_cap(redis_conn, model_server):
+    sums = [priced(tool_calls=[("calculate", {"expression": f"{n} + {n}"})]) for n in range(6)]
+    model_server.route("add up", [*sums, priced("all added")])
+    rt = make_runtime(redis_conn, model_server.url, limits=Limits(cost_per_day=0.05))
+    rt.prices = PRICED
+    run = service.submit(rt, "add up these numbers", ALICE)
+    work(rt)
+    ended = rt.store.load(run.id)
+    assert (ended.status, ended.reason) == (RunStatus.PARTIAL, EndReason.COST)
+    assert ended.usage.steps == 3 and "your questions today have used $0.06" in ended.detail
+    assert spent_today(rt, ALICE.user_id) <= 0.05 + CALL_COST
+
+
+@pytest.mark.slow  # three worker loops in threads, 2 s model calls
+def test_concurrent_runs_of_one_person_spend_at_most_one_call_past_the_cap(
+    redis_conn, model_server
+):
+    """Three runs of one person ask the model at the same moment, with $0.02 of $0.05 spent:
+    checked only against what is spent, all three would start (and spend $0.08); the calls
+    in flight count, so the third does not."""
+    model_server.route("warm", [priced("first answer")])
+    model_server.route("together", [priced("slow answer", delay=2.0)])
+    limits = Limits(cost_per_day=0.05, runs_in_flight=3)
+    rt = make_runtime(redis_conn, model_server.url, limits=limits)
+    rt.prices = PRICED
+    service.submit(rt, "warm up", ALICE)
+    work(rt)  # $0.02 spent; the largest call so far costs $0.02
+    runs = [service.submit(rt, f"together {n}", ALICE) for n in range(3)]
+    slots = [make_worker(rt, slot=n) for n in range(3)]
+    threads = [threading.Thread(target=w.work, kwargs={"burst": True}) for w in slots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert spent_today(rt, ALICE.user_id) <= 0.05 + CALL_COST + 1e-9
+    ended = [rt.store.load(r.id) for r in runs]
+    stopped = [r for r in ended if r.status == RunStatus.PARTIAL]
+    assert len(stopped) == 1 and stopped[0].reason == EndReason.COST
+    assert "expected to use the rest of today's $0.05" in stopped[0].detail
 
 
 # -- limits in the policy file ----------------------------------------------------------------

@@ -63,6 +63,43 @@ return admitted
 )
 
 
+# KEYS: the day's spend, the calls in flight (hash: run id -> "started|estimate"), the
+# day's largest call.  ARGV: cap, run id, now, stale cutoff.
+# 1: the call may start (and is reserved at the largest call's cost); 0: the cap is reached,
+# or the calls already in flight are expected to reach it (this one would pass it).
+_BEGIN_CALL = """
+local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+local cap = tonumber(ARGV[1])
+if spent >= cap then return 0 end
+local entries = redis.call('HGETALL', KEYS[2])
+local reserved = 0
+for i = 1, #entries, 2 do
+  local started, estimate = string.match(entries[i + 1], '^([^|]+)|([^|]+)$')
+  if not started or tonumber(started) < tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[2], entries[i])
+  elseif entries[i] ~= ARGV[2] then
+    reserved = reserved + tonumber(estimate)
+  end
+end
+if reserved > 0 and spent + reserved >= cap then return 0 end
+local estimate = redis.call('GET', KEYS[3]) or '0'
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
+redis.call('EXPIRE', KEYS[2], 172800)
+return 1
+"""
+
+# KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost.
+_SPEND = """
+redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], 172800)
+local largest = tonumber(redis.call('GET', KEYS[3]) or '0')
+if tonumber(ARGV[1]) > largest then
+  redis.call('SET', KEYS[3], ARGV[1], 'EX', 172800)
+end
+return 1
+"""
+
+
 class PersonLimits:
     def __init__(self, connection: redis.Redis, namespace: str, limits: Limits, stale: float):
         self.redis = connection
@@ -72,9 +109,42 @@ class PersonLimits:
         self.stale = stale  # an admitted run not seen ending within this long stops counting
         self._admit = connection.register_script(_ADMIT)
         self._release = connection.register_script(_RELEASE)
+        self._begin_call = connection.register_script(_BEGIN_CALL)
+        self._spend = connection.register_script(_SPEND)
 
-    def _cost_key(self, user_id: str) -> str:
-        return self.keys.person(user_id, "cost:" + time.strftime("%Y%m%d", time.gmtime()))
+    def _cost_key(self, user_id: str, what: str = "cost") -> str:
+        return self.keys.person(user_id, what + ":" + time.strftime("%Y%m%d", time.gmtime()))
+
+    def _call_keys(self, user_id: str) -> list[str]:
+        return [
+            self._cost_key(user_id),
+            self._cost_key(user_id, "calls"),
+            self._cost_key(user_id, "largest"),
+        ]
+
+    def begin_call(self, user_id: str, run_id: str) -> str | None:
+        """Just before a model call of `run_id`: None when it may go ahead (it is then held
+        as in flight, at the cost of the person's largest call today, until `end_call`),
+        else the day's spend in words. Calls of the person's other runs in flight count as
+        spent: when they are expected to reach the cap, this one would pass it and does not
+        start, so concurrent runs too spend at most one call past the cap (as long as no
+        call costs more than the largest one before it)."""
+        per_day = self.limits.cost_per_day
+        if not per_day:
+            return None
+        now = time.time()
+        stale = now - self.stale  # a worker that died mid-call stops holding its place
+        if self._begin_call(keys=self._call_keys(user_id), args=[per_day, run_id, now, stale]):
+            return None
+        return self.over_spend(user_id) or (
+            f"your questions running now are expected to use the rest of today's "
+            f"${per_day:.2f} of model time (UTC)."
+        )
+
+    def end_call(self, user_id: str, run_id: str) -> None:
+        """The model call of `run_id` is over (its cost is in the spend by now, if any)."""
+        if self.limits.cost_per_day:
+            self.redis.hdel(self._cost_key(user_id, "calls"), run_id)
 
     def check(self, user_id: str) -> None:
         """Before a question is accepted: the rate and the day's spend."""
@@ -90,14 +160,27 @@ class PersonLimits:
                     f"You asked {count} questions this minute; the limit is {per_minute} a "
                     "minute. Please ask again in a minute."
                 )
+        over = self.over_spend(user_id)
+        if over is not None:
+            raise LimitExceeded(
+                over[0].upper() + over[1:] + " Please ask again tomorrow or ask an admin."
+            )
+
+    def over_spend(self, user_id: str) -> str | None:
+        """Before every model call of a run (and when a question is asked): the day's spend
+        in words when it has reached the cap, else None. Checked per call, not only when a
+        question is accepted, so neither a run admitted later from the person's line nor a
+        long run can spend past the cap by more than the one call that crossed it."""
         per_day = self.limits.cost_per_day
-        if per_day:
-            spent = float(self.redis.get(self._cost_key(user_id)) or 0)
-            if spent >= per_day:
-                raise LimitExceeded(
-                    f"Your questions today have used ${spent:.2f} of model time; the limit is "
-                    f"${per_day:.2f} a day (UTC). Please ask again tomorrow or ask an admin."
-                )
+        if not per_day:
+            return None
+        spent = float(self.redis.get(self._cost_key(user_id)) or 0)
+        if spent < per_day:
+            return None
+        return (
+            f"your questions today have used ${spent:.2f} of model time; the limit is "
+            f"${per_day:.2f} a day (UTC)."
+        )
 
     def admit(self, user_id: str, run_id: str) -> bool:
         """True when the run may be queued now; False when it waits in the person's line."""
@@ -121,9 +204,6 @@ class PersonLimits:
         return int(self.redis.llen(self.keys.person(user_id, "waiting")))
 
     def spend(self, user_id: str, cost: float) -> None:
+        """Add a model call's cost to the day's spend (and to the largest call, if it is)."""
         if cost > 0:
-            key = self._cost_key(user_id)
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.incrbyfloat(key, cost)
-            pipe.expire(key, 2 * 24 * 3600)
-            pipe.execute()
+            self._spend(keys=self._call_keys(user_id), args=[repr(cost)])

@@ -144,6 +144,9 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     specs = [tool.openai_spec() for tool in rt.registry if tool.name in allowed]
     remaining = run.budgets.deadline_seconds - clock.total()
     timeout = max(1.0, min(rt.settings.model_timeout, remaining))
+    over = rt.limits.begin_call(run.requester.user_id, run.id)  # the person's day, all runs
+    if over is not None:
+        return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     rt.surface(run).progress(
         run, f"Thinking (step {run.usage.steps + 1} of {run.budgets.max_steps})"
     )
@@ -151,6 +154,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
         sink = rt.surface(run).answer_stream(run) if rt.settings.stream_answers else None
         turn = model.complete(messages, specs, timeout, sink)
+        record_usage(rt, run, turn)  # spent before the call stops counting as in flight
     except ModelError as exc:
         rt.events.append(run.id, EventKind.MODEL_ERROR, error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:
@@ -158,7 +162,8 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
                 RunStatus.PARTIAL, EndReason.DEADLINE, "ran out of time waiting for the model"
             )
         return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, exc.detail)
-    record_usage(rt, run, turn)
+    finally:
+        rt.limits.end_call(run.requester.user_id, run.id)
     if turn.refusal:
         return Finish(
             RunStatus.PARTIAL, EndReason.REFUSED, f"the model refused: {turn.refusal[:500]}"
@@ -225,12 +230,24 @@ def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
         cost=round(cost, 8),
         seconds=round(turn.seconds, 3),
         content=(turn.content or "")[:2000],
-        calls=[{"id": c.id, "name": c.name, "arguments": c.arguments[:2000]} for c in turn.calls],
+        calls=[
+            {"id": c.id, "name": c.name, "arguments": c.arguments[:2000]}
+            for c in turn.calls[: run.budgets.max_tool_calls + 1]  # one more: the run ends
+        ],
+        calls_proposed=len(turn.calls),
     )
 
 
 def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
     """Check every proposed call; run reads now; ask people about writes."""
+    if run.usage.tool_calls + len(turn.calls) > run.budgets.max_tool_calls:
+        run.usage.tool_calls += len(turn.calls)  # the calls' arguments are not kept: the
+        return Finish(  # run ends, and the model_call event has the first 2,000 characters
+            RunStatus.PARTIAL,
+            EndReason.TOOL_CALLS,
+            f"the model asked for {run.usage.tool_calls} tool calls "
+            f"(limit {run.budgets.max_tool_calls})",
+        )
     run.messages.append(
         {
             "role": "assistant",
@@ -246,13 +263,6 @@ def plan_calls(rt: Runtime, run: Run, turn: ModelTurn) -> Step:
         }
     )
     run.usage.tool_calls += len(turn.calls)
-    if run.usage.tool_calls > run.budgets.max_tool_calls:
-        return Finish(
-            RunStatus.PARTIAL,
-            EndReason.TOOL_CALLS,
-            f"the model asked for {run.usage.tool_calls} tool calls "
-            f"(limit {run.budgets.max_tool_calls})",
-        )
     run.turn = [Call(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls]
     for position, call in enumerate(run.turn):
         repeated = check_call(rt, run, call, position)
@@ -418,8 +428,7 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
             run.repeated.clear()
     if asked:
         rt.surface(run).approvals_requested(run, asked)
-        for request, _ in asked:  # once the cards exist: a reminder links to them
-            reminders.schedule(rt, request)
+        reminders.schedule(rt, [request for request, _ in asked])  # once the cards exist
     if any(c.state == "pending" for c in run.turn):
         rt.surface(run).progress(run, "Waiting for approval")
         return Suspend()

@@ -11,10 +11,13 @@ import httpx2
 import openai
 import structlog
 
+from worker.deadline import CutOffSink, Overdue, within
 from worker.streaming import TextSink, TurnAccumulator
 from worker.turns import ModelTurn, read_turn
 
 log = structlog.get_logger(__name__)
+
+DEADLINE_GRACE = 0.25  # seconds past a call's timeout before it is given up (worker.deadline)
 
 
 class ModelError(Exception):
@@ -82,8 +85,31 @@ class ModelClient:
         sink: TextSink | None = None,
     ) -> ModelTurn:
         """One model call. With a `sink`, the reply is streamed and its answer text passed on
-        as it arrives; the turn (and its usage) is the same as without."""
+        as it arrives; the turn (and its usage) is the same as without. It ends within
+        `timeout` (worker.deadline), also when the server stalls or the SDK retries."""
         started = time.monotonic()
+        guarded = CutOffSink(sink) if sink is not None else None
+        try:
+            return within(
+                timeout + DEADLINE_GRACE,
+                lambda: self._complete(messages, tools, timeout, guarded, started),
+            )
+        except Overdue:
+            if guarded is not None:
+                guarded.cut()
+            log.warning("model_call_overdue", timeout=timeout)
+            raise ModelError(
+                f"the model did not answer within {timeout:.0f} s", timed_out=True
+            ) from None
+
+    def _complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        sink: TextSink | None,
+        started: float,
+    ) -> ModelTurn:
         # The request is plain JSON already. Handed to `create(messages=...)`, the SDK would
         # first walk every message against its typed definitions, which measured as more CPU
         # than the rest of a step; `extra_body` is sent as it is (it replaces these keys).

@@ -23,13 +23,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from worker.turns import ModelTurn, read_turn
+from worker.turns import MAX_ARGUMENTS_KEPT, MAX_CALLS, MAX_CONTENT, ModelTurn, read_turn
 
 log = structlog.get_logger(__name__)
 
-MAX_CALLS = 128  # tool-call slots kept per turn (the API offers at most 128 tools)
-MAX_ARGUMENTS = 64 * 1024 + 1  # accumulated per call; read_turn keeps 64 KiB
-MAX_CONTENT = 256 * 1024  # accumulated answer text; past it the reply counts as cut (length)
+MAX_ARGUMENTS = MAX_ARGUMENTS_KEPT + 1  # accumulated per call; read_turn keeps the rest
 
 
 class TextSink(Protocol):

@@ -28,7 +28,9 @@ class Surface(Protocol):
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None: ...
 
-    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None: ...
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None: ...
 
     def answer_stream(self, run: Run) -> TextSink | None:
         """Where the model's answer text goes while it writes it; None: shown at the end."""
@@ -52,7 +54,9 @@ class SilentSurface:
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         return None
 
-    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None:
         return None
 
     def answer_stream(self, run: Run) -> TextSink | None:
@@ -85,11 +89,14 @@ class Guarded:
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         self._call("approval_resolved", run, request)
 
-    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None:
+        """The requests of one card, together: one DM per person, not one per request."""
         try:
-            self.inner.approval_reminder(run, request, escalated=escalated)
+            self.inner.approval_reminders(run, requests, escalated=escalated)
         except Exception:  # as _call: the surface is someone else's system
-            log.exception("surface_failed", method="approval_reminder", run_id=run.id)
+            log.exception("surface_failed", method="approval_reminders", run_id=run.id)
 
     def answer_stream(self, run: Run) -> TextSink | None:
         try:

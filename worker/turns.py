@@ -10,6 +10,8 @@ from typing import Any
 from tools.execute import valid_unicode
 
 MAX_ARGUMENTS_KEPT = 64 * 1024  # what we keep of a call's raw arguments for the transcript
+MAX_CALLS = 128  # tool calls kept per turn (the API offers at most 128 tools)
+MAX_CONTENT = 256 * 1024  # answer text kept; past it the reply counts as cut (length)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:
     since it is stored and sent again."""
     message = getattr(choice, "message", None)
     calls: list[ProposedCall] = []
-    for call in _list(getattr(message, "tool_calls", None)):
+    for call in _list(getattr(message, "tool_calls", None))[:MAX_CALLS]:  # as a stream keeps
         if getattr(call, "type", None) not in ("function", None):
             continue  # another kind of tool (custom, ...) that we never offered
         function = getattr(call, "function", None)
@@ -50,12 +52,18 @@ def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:
                 arguments=_text(getattr(function, "arguments", None))[:MAX_ARGUMENTS_KEPT],
             )
         )
-    content = getattr(message, "content", None)
+    content = (
+        _text(getattr(message, "content", None))
+        if getattr(message, "content", None) is not None
+        else None
+    )
     refusal = getattr(message, "refusal", None)
     finish = getattr(choice, "finish_reason", None)
+    if content is not None and len(content) > MAX_CONTENT:  # stored, and sent again: bounded
+        content, finish = content[:MAX_CONTENT], "length"  # as a streamed reply past it
     return ModelTurn(
         finish_reason=finish if isinstance(finish, str) and finish else _implied(calls),
-        content=_text(content) if content is not None else None,
+        content=content,
         refusal=_text(refusal) if refusal else None,
         calls=calls,
         prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from datetime import timedelta
 from typing import ParamSpec
 
 import redis
@@ -37,6 +38,8 @@ from bot.render.mrkdwn import channel as channel_link
 from bot.state.identity import UserGroups, user_groups
 from bot.state.installations import Installations
 from tools.registry import Tool
+from worker import runtime
+from worker.keys import Keys
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
 from worker.service import approvals, runs
@@ -68,6 +71,7 @@ class SlackSurface:
     ) -> None:
         self.client = with_rate_limit_retries(client)
         self.rt = rt
+        self.keys = Keys(rt.settings.namespace)  # the per-person reminder caps and digests
         self.installations = Installations(rt.redis, rt.settings.namespace, rt.settings.retention)
         self.throttle = Throttle(update_interval)
         self.status_refresh = status_refresh
@@ -291,16 +295,94 @@ class SlackSurface:
             except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
 
-    def approval_reminder(self, run: Run, request: ApprovalRequest, *, escalated: bool) -> None:
-        """DM the people who may decide, with a link to the card (bot.outbound.reminder_dms)."""
+    def approval_reminders(
+        self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
+    ) -> None:
+        """DM the people who may decide the requests of one card, with a link to it: one DM
+        per person, at most one a minute per person (bot.outbound.reminder_dms)."""
         if self.gone(run):
             return
         if self._groups is None:
             self._groups = user_groups(self.rt, self.client)
-        deciders = approvals.deciders(self.rt, request, escalated=escalated)
-        reminders.remind(self.client, deciders, self._groups, request, escalated=escalated)
-        if escalated:  # the cards say who may decide now
-            self.show_outcome(request)
+        kind = "escalated" if escalated else "reminded"
+        reminders.remind(
+            self.client,
+            lambda request: approvals.deciders(self.rt, request, escalated=escalated),
+            self._groups,
+            requests,
+            escalated=escalated,
+            may_tell=lambda person: self.first_dm_in_a_while(person, kind),
+            hold=lambda person, held: self.hold_for_digest(person, held, kind),
+        )
+        if escalated:  # the cards say who may decide now: each card drawn once
+            drawn: set[tuple[str, str]] = set()
+            for request in requests:
+                cards = {(c["channel"], c["ts"]) for c in request.cards}
+                if cards and cards <= drawn:
+                    continue
+                drawn |= cards
+                self.show_outcome(request)
+
+    def hold_for_digest(self, person: str, requests: list[ApprovalRequest], kind: str) -> None:
+        """Keep the calls a capped person was not told of, and queue (once per interval) the
+        job that DMs them together when the interval is over (`send_digest`, below)."""
+        keys = self.keys
+        held = keys.person(person, kind + ":held")
+        if self.rt.redis.scard(held) < reminders.DIGEST_HELD:
+            pipe = self.rt.redis.pipeline(transaction=False)
+            pipe.sadd(held, *[r.id for r in requests])
+            pipe.expire(held, int(self.rt.settings.approval_ttl))
+            pipe.execute()
+        due = keys.person(person, kind + ":digest")
+        if self.rt.redis.set(due, "1", nx=True, ex=reminders.REMINDER_INTERVAL):
+            self.rt.queue.enqueue_in(
+                timedelta(seconds=reminders.REMINDER_INTERVAL),
+                "bot.outbound.slack_surface.send_digest",
+                person,
+                kind,
+                job_id=f"digest-{kind}-{person}",
+            )
+
+    def digest(self, person: str, kind: str) -> str:
+        """DM `person` the calls held back from them that still wait for them to decide."""
+        held = self.keys.person(person, kind + ":held")
+        pipe = self.rt.redis.pipeline(transaction=True)
+        pipe.smembers(held)
+        pipe.delete(held)
+        ids = sorted(i.decode() if isinstance(i, bytes) else str(i) for i in pipe.execute()[0])
+        if self._groups is None:
+            self._groups = user_groups(self.rt, self.client)
+        escalated = kind == "escalated"
+        waiting = [
+            r
+            for r in (approvals.find(self.rt, i) for i in ids)
+            if r is not None
+            and not r.decided
+            and not self.installations.revoked(r.team_id)
+            and person
+            in reminders.recipients(
+                approvals.deciders(self.rt, r, escalated=escalated), self._groups, r.requester
+            )
+        ]
+        if not waiting:
+            return "nothing waits"
+        if not self.first_dm_in_a_while(person, kind):  # told of another card meanwhile
+            self.hold_for_digest(person, waiting, kind)
+            return "held again"
+        text = reminders.digest_text(self.client, waiting, escalated)
+        try:
+            self.client.chat_postMessage(channel=person, text=text, unfurl_links=False)
+        except SLACK_ERRORS as exc:
+            log.info("reminder_digest_not_sent", user=person, error=type(exc).__name__)
+            return "not sent"
+        log.info("reminder_digest_sent", user=person, calls=len(waiting), escalated=escalated)
+        return "sent"
+
+    def first_dm_in_a_while(self, person: str, kind: str) -> bool:
+        """True for the first `kind` DM to `person` in REMINDER_INTERVAL seconds (one key
+        in Redis, so every worker process shares the cap)."""
+        key = self.keys.person(person, kind)
+        return bool(self.rt.redis.set(key, "1", nx=True, ex=reminders.REMINDER_INTERVAL))
 
     # -- the answer as it is written (bot/outbound/answers.py) -----------------------------
 
@@ -347,3 +429,11 @@ class SlackSurface:
         status_ts = run.origin.get("status_ts")
         if status_ts:
             self._update(channel, status_ts, status_final(run, cancelled_by))
+
+
+def send_digest(person: str, kind: str) -> str:
+    """The RQ job, at the end of a person's interval: DM what was held back from them."""
+    surface = runtime.current().surfaces.get("slack")
+    if not isinstance(surface, SlackSurface):
+        return "no slack surface"
+    return surface.digest(person, kind)

@@ -28,8 +28,9 @@ from bot.render.blocks import (
     header,
     outcome_text,
     section,
+    unseen_text,
 )
-from bot.render.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json
+from bot.render.mrkdwn import cut, date, escape, has_bidi, mention, pretty_json_cut
 
 log = structlog.get_logger(__name__)
 
@@ -55,10 +56,12 @@ def batch_card(
     ]
     hidden: set[str] = set()  # items whose arguments the card does not show in full
     for n, request in enumerate(requests[:ITEMS_PER_CARD], start=1):
-        args_text, was_cut = pretty_json(request.args)
+        args_text, cut_paths = pretty_json_cut(request.args)
         bidi = has_bidi(args_text)
-        if len(args_text) > ITEM_ARGS:
-            args_text, was_cut = args_text[:ITEM_ARGS] + "\n…", True
+        past_preview = len(args_text) > ITEM_ARGS
+        if past_preview:
+            args_text = args_text[:ITEM_ARGS] + "\n…"
+        was_cut = bool(cut_paths) or past_preview
         described = ((descriptions or {}).get(request.tool, "").strip().splitlines() or [""])[0]
         blocks.append(
             section(
@@ -79,7 +82,11 @@ def batch_card(
         elements = []
         if not request.decided:
             elements = [
-                approve_button(request, high_risk=request.tool in high_risk),
+                approve_button(
+                    request,
+                    high_risk=request.tool in high_risk,
+                    unseen=unseen_text(cut_paths, past_preview, bidi),
+                ),
                 button(m.EDIT, EDIT, request.id),
                 button(m.REJECT, REJECT, request.id, style="danger"),
             ]

@@ -23,7 +23,7 @@ from bot.render.mrkdwn import (
     has_bidi,
     mention,
     plain,
-    pretty_json,
+    pretty_json_cut,
     split,
     to_mrkdwn,
 )
@@ -252,10 +252,12 @@ def approval_card(
 ) -> Message:
     """The card while pending (`outcome` None: with buttons) or once resolved (no
     decision buttons, the outcome in their place)."""
-    args_text, was_cut = pretty_json(request.args)
+    args_text, cut_paths = pretty_json_cut(request.args)
     bidi = has_bidi(args_text)
-    if len(args_text) > ARGS_PREVIEW:
-        args_text, was_cut = args_text[:ARGS_PREVIEW] + "\n…", True
+    past_preview = len(args_text) > ARGS_PREVIEW
+    if past_preview:
+        args_text = args_text[:ARGS_PREVIEW] + "\n…"
+    was_cut = bool(cut_paths) or past_preview
     first_line = (description.strip().splitlines() or [""])[0]
     blocks: list[dict[str, Any]] = [
         header(m.CARD_HEADER.format(tool=request.tool)),
@@ -278,8 +280,9 @@ def approval_card(
     blocks.append(context(*notes))
     show_all = button(m.SHOW_ALL, SHOW_ARGS, request.id)
     if outcome is None:
+        unseen = unseen_text(cut_paths, past_preview, bidi)
         elements = [
-            approve_button(request, high_risk=high_risk),
+            approve_button(request, high_risk=high_risk, unseen=unseen),
             button(m.EDIT, EDIT, request.id),
             button(m.REJECT, REJECT, request.id, style="danger"),
         ]
@@ -295,18 +298,42 @@ def approval_card(
     return Message(text=text, blocks=blocks)
 
 
-def approve_button(request: ApprovalRequest, *, high_risk: bool) -> dict[str, Any]:
-    """The one Approve button, on cards and in App Home alike: a high-risk tool's asks
-    for a confirmation first."""
-    confirm = None
+def approve_button(
+    request: ApprovalRequest, *, high_risk: bool, unseen: str = ""
+) -> dict[str, Any]:
+    """The one Approve button, on cards and in App Home alike. It asks for a confirmation
+    first when the tool is high-risk, or when the card does not show everything it would
+    approve (`unseen`, from `unseen_text`): one click must not approve text nobody read."""
+    tool = escape(request.tool)
+    parts = []  # what is cut first: the dialog holds 300 characters
+    if unseen:
+        parts.append(m.CONFIRM_APPROVE_CUT_TEXT.format(what=unseen, tool=tool))
     if high_risk:
+        parts.append(m.CONFIRM_APPROVE_TEXT.format(tool=tool))
+    confirm = None
+    if parts:
         confirm = confirm_dialog(
-            m.CONFIRM_APPROVE_TITLE,
-            m.CONFIRM_APPROVE_TEXT.format(tool=escape(request.tool)),
+            m.CONFIRM_APPROVE_TITLE if high_risk else m.CONFIRM_APPROVE_CUT_TITLE,
+            " ".join(parts),
             m.CONFIRM_APPROVE_YES,
             m.CONFIRM_APPROVE_NO,
         )
     return button(m.APPROVE, APPROVE, request.id, style="primary", confirm=confirm)
+
+
+def unseen_text(cut_paths: list[str], past_preview: bool, bidi: bool) -> str:
+    """What a card leaves out, in words for the confirmation ("" when it shows everything):
+    the first few cut fields by name, the end of the arguments, direction controls."""
+    parts = []
+    if cut_paths:
+        names = ", ".join(escape(cut(p or "the arguments", 40)) for p in cut_paths[:3])
+        more = m.CONFIRM_CUT_MORE.format(count=len(cut_paths) - 3) if len(cut_paths) > 3 else ""
+        parts.append(m.CONFIRM_CUT_FIELDS.format(fields=names + more))
+    if past_preview:
+        parts.append(m.CONFIRM_CUT_END)
+    if bidi:
+        parts.append(m.CONFIRM_CUT_BIDI)
+    return "; ".join(parts)
 
 
 def is_high_risk(policy: Policy, tool: str) -> bool:

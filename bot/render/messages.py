@@ -31,6 +31,18 @@ ESCALATED_DM = (
     ":arrow_double_up: Escalated to you: {user}'s call to *{tool}* has waited too long for "
     "a decision, and you may decide it now (expires {expires}). {where}"
 )
+REMIND_DM_CALLS = (
+    ":bell: {user}'s {count} calls ({tools}) are waiting for your decision (the first expires "
+    "{expires}). {where}"
+)
+ESCALATED_DM_CALLS = (
+    ":arrow_double_up: Escalated to you: {user}'s {count} calls ({tools}) have waited too long "
+    "for a decision, and you may decide them now (the first expires {expires}). {where}"
+)
+DIGEST_HEAD = ":bell: {count} more calls are waiting for your decision:"
+DIGEST_ESCALATED = ":arrow_double_up: {count} more calls were escalated to you:"
+DIGEST_LINE = "• {count} × {tools}, asked by {user}. {where}"
+DIGEST_MORE = "• and {count} more cards: see Switchboard's App Home."
 REMIND_LINK = "<{link}|Open the card>"
 CARD_ESCALATED = ", or (escalated) {roles}"
 REMIND_NO_LINK = "Find it in Switchboard's App Home."
@@ -74,6 +86,15 @@ REJECT_REASON_PLACEHOLDER = "e.g. wrong project, ask IT first"
 CONFIRM_APPROVE_TITLE = "Approve a high-risk call?"
 CONFIRM_APPROVE_TEXT = "{tool} is marked high-risk. It will run once, with exactly these arguments."
 CONFIRM_APPROVE_YES = "Approve"
+CONFIRM_APPROVE_CUT_TITLE = "Approve what this card cuts?"
+CONFIRM_APPROVE_CUT_TEXT = (
+    "This card does not show {what} in full. {tool} will run once with the whole values: "
+    "read them with Show all first."
+)
+CONFIRM_CUT_FIELDS = "the value of {fields}"
+CONFIRM_CUT_MORE = " and {count} more"
+CONFIRM_CUT_END = "the end of the arguments"
+CONFIRM_CUT_BIDI = "text with direction controls (it may run differently from how it reads)"
 CONFIRM_APPROVE_NO = "Not yet"
 CONFIRM_CANCEL_TITLE = "Cancel this run?"
 CONFIRM_CANCEL_TEXT = "Switchboard stops at its next step. Nothing already done is undone."
@@ -128,7 +149,7 @@ REASONS = {
     "length": "the model's reply was cut off",
     "content_filter": "the model's reply was withheld by its content filter",
     "refused": "the model refused",
-    "model_error": "the model could not be reached",
+    "model_error": "the model could not be reached or did not answer in time",
     "internal_error": "an internal error stopped it",
 }
 REASON_UNKNOWN = "of an unexpected problem"

@@ -108,24 +108,30 @@ def has_bidi(text: str) -> bool:
 
 def pretty_json(value: Any, *, value_limit: int = 300) -> tuple[str, bool]:
     """Indented JSON with long strings cut; returns (text, whether anything was cut)."""
-    was_cut = False
+    text, paths = pretty_json_cut(value, value_limit=value_limit)
+    return text, bool(paths)
 
-    def shorten(item: Any) -> Any:
-        nonlocal was_cut
+
+def pretty_json_cut(value: Any, *, value_limit: int = 300) -> tuple[str, list[str]]:
+    """Indented JSON with long strings and lists cut; returns (text, where it was cut): the
+    paths of the cut values (`body`, `items[20:]`, `a.b`), in the order they appear."""
+    paths: list[str] = []
+
+    def shorten(item: Any, path: str) -> Any:
         if isinstance(item, str) and len(item) > value_limit:
-            was_cut = True
+            paths.append(path)
             return item[: value_limit - 1] + "…"
         if isinstance(item, dict):
-            return {k: shorten(v) for k, v in item.items()}
+            return {k: shorten(v, f"{path}.{k}" if path else str(k)) for k, v in item.items()}
         if isinstance(item, list):
             if len(item) > 20:
-                was_cut = True
-                return [shorten(v) for v in item[:20]] + ["…"]
-            return [shorten(v) for v in item]
+                paths.append(f"{path}[20:]")
+                return [shorten(v, f"{path}[{n}]") for n, v in enumerate(item[:20])] + ["…"]
+            return [shorten(v, f"{path}[{n}]") for n, v in enumerate(item)]
         return item
 
-    text = json.dumps(shorten(value), indent=2, ensure_ascii=False, default=str)
-    return text, was_cut
+    text = json.dumps(shorten(value, ""), indent=2, ensure_ascii=False, default=str)
+    return text, paths
 
 
 def to_mrkdwn(markdown: str) -> str:

@@ -248,10 +248,12 @@ def approval_line(
     )
     if not buttons:
         return [section(text)]
+    one_line = " ".join(json.dumps(request.args, ensure_ascii=False, default=str).split())
+    unseen = m.CONFIRM_CUT_END if len(one_line) > 200 else ""  # short_code's cut, above
     return [
         section(text),
         actions(
-            approve_button(request, high_risk=high_risk),
+            approve_button(request, high_risk=high_risk, unseen=unseen),
             button(m.EDIT, EDIT, request.id),
             button(m.REJECT, REJECT, request.id, style="danger"),
             button(m.SHOW_ALL, SHOW_ARGS, request.id),

@@ -36,6 +36,15 @@ GROUPS_TTL = 60.0  # the most a group membership may be out of date before it is
 RETRY_SECONDS = 5.0  # after Slack failed to answer, ask again no sooner than this
 WAIT_SECONDS = 10.0  # how long a caller waits for Slack when what it holds is past the bound
 SHARED_MAX_BYTES = 16 * 1024 * 1024  # a cached membership map larger than this is not shared
+# Listener threads that may wait for Slack's groups at once (bot.transport.serve runs 8): the others
+# stay free to acknowledge clicks, commands and modals within Slack's 3 s, however slowly
+# Slack lists groups. A listener past this many waits no longer than what is cached allows.
+WAITERS = 3
+WAITER_QUEUE_SECONDS = 0.2  # how long a listener waits for one of those places
+# A question is acknowledged before its listener runs, and its run re-checks the asker's
+# roles before its first step (worker.roles): the listener waits this long at most, then
+# records the roles the policy gives the user by id and lets the worker find the groups.
+QUESTION_ROLES_WAIT = 0.5
 
 
 class UserGroups:
@@ -70,6 +79,12 @@ class UserGroups:
         self._retry_at = -math.inf
         self._refreshing = False
         self._changed = threading.Condition()
+
+    @property
+    def reading(self) -> bool:
+        """Is a read from Slack in flight (Slack slow rather than failing)?"""
+        with self._changed:
+            return self._refreshing
 
     def handles_of(self, user_id: str, *, wait: float = WAIT_SECONDS) -> frozenset[str]:
         """The "@handle"s of the groups `user_id` belongs to. Raises RolesUnavailable."""
@@ -188,6 +203,7 @@ class Identity:
         self.rt = rt
         self.groups = groups
         self.home = home
+        self._waiters = threading.BoundedSemaphore(WAITERS)
 
     def roles(
         self, user_id: str, team_id: str = "", *, wait: float = WAIT_SECONDS
@@ -197,7 +213,15 @@ class Identity:
         for Slack when the cached groups are past their bound (a modal's answer must come
         within 3 s)."""
         external = self.home is not None and self.home.is_external(team_id)
-        return self._roles(user_id, external, wait)
+        if external or not Access.of(self.rt).names_groups or wait <= 0:
+            return self._roles(user_id, external, wait)
+        if not self._waiters.acquire(timeout=WAITER_QUEUE_SECONDS):
+            log.info("usergroups_waiters_full", user=user_id)
+            return self._roles(user_id, external, 0.0)  # what is cached, or RolesUnavailable
+        try:
+            return self._roles(user_id, external, wait)
+        finally:
+            self._waiters.release()
 
     def current_roles(self, requester: Requester) -> frozenset[str]:
         """The roles of a run's requester now (the worker's re-check before each step).
@@ -215,9 +239,17 @@ class Identity:
         return access.roles(user_id, handles)
 
     def requester(self, user_id: str, team_id: str, channel_id: str) -> Requester:
+        """Who asks a question. While Slack is slow to list groups (a read in flight), the
+        roles the policy gives the user by id: nothing is authorised with them, since the
+        run asks for the current roles before its first step (and stops when they cannot be
+        confirmed). Raises RolesUnavailable when Slack cannot be asked."""
+        try:
+            roles = self.roles(user_id, team_id, wait=QUESTION_ROLES_WAIT)
+        except RolesUnavailable:
+            if not self.groups.reading:  # Slack said no: the asker is told now, as before
+                raise
+            log.info("question_roles_deferred", user=user_id)
+            roles = Access.of(self.rt).roles(user_id)
         return Requester(
-            user_id=user_id,
-            team_id=team_id,
-            channel_id=channel_id,
-            roles=sorted(self.roles(user_id, team_id)),
+            user_id=user_id, team_id=team_id, channel_id=channel_id, roles=sorted(roles)
         )

@@ -90,8 +90,14 @@ class Said:
     @classmethod
     def of(cls, event: dict[str, Any]) -> Said | None:
         """None for bots (Slackbot too), edits and other subtypes, and for events that are
-        malformed. A thread reply also sent to the channel (`thread_broadcast`) is a reply."""
+        malformed. A thread reply also sent to the channel (`thread_broadcast`) is a reply.
+        An edit of a message that mentions the bot comes as a fresh `app_mention` (a new
+        event id, the same ts, an `edited` field): it is the question already asked, so it
+        starts no second run and does not count against the asker's limits again."""
         if event.get("subtype") not in (None, "file_share", "thread_broadcast"):
+            return None
+        if event.get("edited") is not None:
+            log.info("event_edit_ignored", type=str(event.get("type"))[:40])
             return None
         if event.get("bot_id") or event.get("user") == SLACKBOT:
             return None

@@ -100,6 +100,10 @@ class Turn:
     # arguments come in 4-character pieces, each after 1/pace s; sent whole, the reply comes
     # after as long as the stream would have taken.
     pace: float | None = None
+    # Streamed: after this many events the server goes quiet for `stall` seconds, the
+    # connection open (a model that stalls mid-stream), then sends the rest.
+    stall_after: int | None = None
+    stall: float = 0.0
     # Replaces the built choice as it is (keys "message", "finish_reason", and "usage" for the
     # whole completion when present): a test can send what a non-conforming server sends.
     raw: Mapping[str, Any] | None = None
@@ -816,9 +820,10 @@ class _OpenAIHandler(QuietHandler):
                 return
         if body.get("stream"):
             options = body.get("stream_options") or {}
-            if pace or cut_after is not None:
+            if pace or cut_after is not None or reply.stall_after is not None:
                 events = stream_events(completion, bool(options.get("include_usage")), 4)
-                self._send_paced(events, 1.0 / pace if pace else 0.0, cut_after)
+                stall = (reply.stall_after, reply.stall) if reply.stall_after is not None else None
+                self._send_paced(events, 1.0 / pace if pace else 0.0, cut_after, stall)
                 return
             stream = build_stream(completion, bool(options.get("include_usage")))
             self.send_bytes(
@@ -830,9 +835,16 @@ class _OpenAIHandler(QuietHandler):
         else:
             self.send_json(200, completion, {"x-request-id": self._request_id()})
 
-    def _send_paced(self, events: list[bytes], interval: float, cut_after: int | None) -> None:
+    def _send_paced(
+        self,
+        events: list[bytes],
+        interval: float,
+        cut_after: int | None,
+        stall: tuple[int, float] | None = None,
+    ) -> None:
         """Each event in its own HTTP chunk, `interval` s apart, as a model writing tokens;
-        the connection closes after `cut_after` events, if given."""
+        the connection closes after `cut_after` events, if given; `stall` (after, seconds):
+        nothing is sent for that long after that many events."""
         self.responded = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -845,6 +857,9 @@ class _OpenAIHandler(QuietHandler):
                     self.drop()
                     return
                 if n and not self.fake.pause(interval):
+                    self.drop()
+                    return
+                if stall is not None and n == stall[0] and not self.fake.pause(stall[1]):
                     self.drop()
                     return
                 self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")

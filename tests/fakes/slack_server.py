@@ -174,6 +174,7 @@ class FakeSlack(FakeServer[Call]):
         self._assistant: dict[tuple[str, str], dict[str, Any]] = {}
         self._rate_limits: dict[str, list[int]] = {}
         self._failures: dict[str, list[SlackError]] = {}
+        self._delays: dict[str, list[float]] = {}
         self._view_ids = itertools.count(1)
         self._first_text: dict[str, float] = {}  # message ts -> when it first showed text
 
@@ -213,6 +214,12 @@ class FakeSlack(FakeServer[Call]):
                 SlackError(error, **extra) for _ in range(times)
             )
 
+    def slow(self, method: str, seconds: float, times: int = 1) -> None:
+        """The next `times` calls of `method` are answered after `seconds` (a slow, not a
+        failing, Slack); other calls meanwhile are answered at once."""
+        with self._cond:
+            self._delays.setdefault(method, []).extend([seconds] * times)
+
     def reset(self) -> None:
         """Forget calls, messages, views, assistant-thread state and every knob (the
         usergroups stay)."""
@@ -225,6 +232,7 @@ class FakeSlack(FakeServer[Call]):
                 self._assistant,
                 self._rate_limits,
                 self._failures,
+                self._delays,
             ):
                 state.clear()
 
@@ -344,6 +352,11 @@ class FakeSlack(FakeServer[Call]):
         self, method: str, args: dict[str, Any], headers: dict[str, str]
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         """Answer one Web API call: (HTTP status, JSON body, extra headers)."""
+        with self._cond:
+            delays = self._delays.get(method)
+            delay = delays.pop(0) if delays else 0.0
+        if delay and not self.pause(delay):  # outside the lock: other calls are answered
+            return 503, {"ok": False, "error": "fake_stopping"}, {}
         token = args.pop("token", None)
         authorization = headers.get("authorization", "")
         if authorization.startswith("Bearer "):
