@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import secrets
 import shutil
 import sys
@@ -86,10 +85,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     model = _model(config, suite, args.model)
     connection = connect(config.redis_url)
     folder = Path(tempfile.mkdtemp(prefix="switchboard-eval-"))
-    saved_env = {k: os.environ.get(k) for k in ("SWITCHBOARD_KNOWLEDGE", "SWITCHBOARD_TICKETS_DB")}
     seeded = _seed(folder / "seed.sqlite3", suite.tickets)
-    if suite.knowledge is not None:
-        os.environ["SWITCHBOARD_KNOWLEDGE"] = str(suite.knowledge)
     configs = {"no-demos": False} if args.no_demos else {"demos": True, "no-demos": False}
     results: dict[str, list[CaseResult]] = {}
     namespace = f"sbeval:{secrets.token_hex(4)}:"
@@ -98,10 +94,14 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
             db = folder / f"{name}.sqlite3"
             if seeded.exists():  # nothing seeded: each configuration starts empty
                 shutil.copy(seeded, db)
-            os.environ["SWITCHBOARD_TICKETS_DB"] = str(db)
             settings = runtime_settings(config)
             settings.namespace = f"{namespace}{name}:"
             settings.queue_name = f"{namespace}{name}"
+            # the sample tools' data: this configuration's copy of the seeded tickets, and the
+            # cases file's knowledge file (else the configured one)
+            settings.tool_settings = {**settings.tool_settings, "tickets_db": str(db)}
+            if suite.knowledge is not None:
+                settings.tool_settings["knowledge"] = str(suite.knowledge)
             rt = assemble_runtime(
                 config,
                 connection,
@@ -122,11 +122,6 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         for key in connection.scan_iter(match=f"{namespace}*", count=1000):
             connection.delete(key)
         shutil.rmtree(folder, ignore_errors=True)
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     if args.profile:
         print(f"profile: {args.profile}")
     print(table(results))

@@ -52,6 +52,9 @@ class Config(BaseSettings):
     # A text file added to the built-in instructions (who the assistant works for, how)
     instructions: str = Field("", alias="SWITCHBOARD_INSTRUCTIONS")
     prices: str = Field("", alias="SWITCHBOARD_PRICES")  # JSON: {"model": [in, out] per 1M}
+    # The built-in sample tools' data files (ToolContext.settings `knowledge`, `tickets_db`)
+    knowledge: str = Field("", alias="SWITCHBOARD_KNOWLEDGE")
+    tickets_db: str = Field("", alias="SWITCHBOARD_TICKETS_DB")
 
     demos_k: int = Field(2, alias="SWITCHBOARD_DEMOS_K", ge=0, le=10)
     demos_as: str = Field("messages", alias="SWITCHBOARD_DEMOS_AS", pattern="^(messages|text)$")
@@ -122,6 +125,12 @@ class Config(BaseSettings):
         if value:
             read_prices(value)
         return value
+
+    @property
+    def tool_settings(self) -> dict[str, str]:
+        """What tools read of their configuration (ToolContext.settings), the unset left out."""
+        named = {"knowledge": self.knowledge, "tickets_db": self.tickets_db}
+        return {name: value.strip() for name, value in named.items() if value.strip()}
 
     @property
     def signing_secrets(self) -> tuple[str, ...]:

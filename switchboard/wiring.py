@@ -127,6 +127,7 @@ def runtime_settings(config: Config) -> Settings:
         instructions=load_instructions(Path(config.instructions)) if config.instructions else "",
         stream_answers=config.stream_answers,
         concurrency=config.worker_concurrency,
+        tool_settings=config.tool_settings,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,
             runs_per_minute=config.user_runs_per_minute,

@@ -11,10 +11,12 @@ from tools.builtin import knowledge
 from tools.builtin.knowledge import EntryNotFound, KnowledgeError, knowledge_lookup
 from tools.execute import execute
 
+SHIPPED = ToolContext(user_id="U1")  # no `knowledge` setting: the shipped catalog
 
-@pytest.fixture(autouse=True)
-def shipped_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(knowledge.ENV_VAR, raising=False)
+
+def using(path: Path) -> ToolContext:
+    """A call whose operator set SWITCHBOARD_KNOWLEDGE to `path`."""
+    return ToolContext(user_id="U1", settings={"knowledge": str(path)})
 
 
 @pytest.mark.parametrize(
@@ -27,7 +29,7 @@ def shipped_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_the_course_catalog(name: str, fee: int, prerequisites: list[str]) -> None:
-    entry = knowledge_lookup(name)
+    entry = knowledge_lookup(SHIPPED, name)
     assert entry["name"] == name
     assert entry["fee"] == fee
     assert entry["currency"] == "INR"
@@ -39,16 +41,16 @@ def test_the_course_catalog(name: str, fee: int, prerequisites: list[str]) -> No
     "name", ["django rest apis", "  DJANGO   REST  APIS ", "djangorestapis", "DRF"]
 )
 def test_matching_ignores_case_and_spaces_and_knows_aliases(name: str) -> None:
-    assert knowledge_lookup(name)["name"] == "Django REST APIs"
+    assert knowledge_lookup(SHIPPED, name)["name"] == "Django REST APIs"
 
 
 def test_policies_have_no_fee() -> None:
-    assert knowledge_lookup("refund policy") == {
+    assert knowledge_lookup(SHIPPED, "refund policy") == {
         "name": "Refund policy",
         "fee": None,
         "currency": None,
         "prerequisites": [],
-        "description": knowledge_lookup("Refunds")["description"],
+        "description": knowledge_lookup(SHIPPED, "Refunds")["description"],
     }
 
 
@@ -56,9 +58,9 @@ def test_a_miss_suggests_close_matches() -> None:
     with pytest.raises(
         EntryNotFound, match=r"No entry named 'Pyton Basics'\. Did you mean: Python Basics"
     ):
-        knowledge_lookup("Pyton Basics")
+        knowledge_lookup(SHIPPED, "Pyton Basics")
     with pytest.raises(EntryNotFound, match="Known entries: Python Basics, SQL Basics"):
-        knowledge_lookup("Kubernetes for Cats")
+        knowledge_lookup(SHIPPED, "Kubernetes for Cats")
 
 
 def test_the_tool_returns_json_and_errors_as_observations() -> None:
@@ -75,25 +77,25 @@ def test_the_tool_returns_json_and_errors_as_observations() -> None:
 
 
 def test_env_var_points_at_another_file_which_is_reloaded_when_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "kb.yaml"
     path.write_text(
         "currency: USD\nentries:\n  - {name: Go Basics, fee: 10, description: Go.}\n",
         encoding="utf-8",
     )
-    monkeypatch.setenv(knowledge.ENV_VAR, str(path))
-    assert knowledge_lookup("go basics")["fee"] == 10
-    assert knowledge_lookup("go basics")["currency"] == "USD"
+    ctx = using(path)
+    assert knowledge_lookup(ctx, "go basics")["fee"] == 10
+    assert knowledge_lookup(ctx, "go basics")["currency"] == "USD"
     path.write_text(
         "currency: USD\nentries:\n  - {name: Go Basics, fee: 12, description: 'Go, updated.'}\n",
         encoding="utf-8",
     )
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert knowledge_lookup("go basics")["fee"] == 12
+    assert knowledge_lookup(ctx, "go basics")["fee"] == 12
     with pytest.raises(EntryNotFound):
-        knowledge_lookup("Python Basics")
+        knowledge_lookup(ctx, "Python Basics")
 
 
 @pytest.mark.parametrize(
@@ -114,19 +116,17 @@ def test_env_var_points_at_another_file_which_is_reloaded_when_changed(
         ("entries: [\n", "cannot read the knowledge file"),
     ],
 )
-def test_malformed_files_say_what_is_wrong(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
-) -> None:
+def test_malformed_files_say_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "kb.yaml"
     path.write_text(text, encoding="utf-8")
-    monkeypatch.setenv(knowledge.ENV_VAR, str(path))
+    ctx = using(path)
     with pytest.raises(KnowledgeError) as caught:
-        knowledge_lookup("A")
+        knowledge_lookup(ctx, "A")
     assert message in str(caught.value)
     assert str(path) in str(caught.value)
 
 
-def test_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(knowledge.ENV_VAR, str(tmp_path / "absent.yaml"))
+def test_missing_file(tmp_path: Path) -> None:
+    ctx = using(tmp_path / "absent.yaml")
     with pytest.raises(KnowledgeError, match="knowledge file not found"):
-        knowledge_lookup("A")
+        knowledge_lookup(ctx, "A")

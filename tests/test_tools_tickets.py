@@ -5,6 +5,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,15 @@ from tools.registry import Tool
 TOOLS = {tool.name: tool for tool in tickets.TOOLS}
 
 
+SETTINGS: dict[str, str] = {}  # what every ctx() carries: the db_path fixture's database
+
+
 @pytest.fixture
-def db_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def db_path(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "tickets.sqlite3"
-    monkeypatch.setenv(tickets.ENV_VAR, str(path))
-    return path
+    SETTINGS["tickets_db"] = str(path)  # as SWITCHBOARD_TICKETS_DB would set it
+    yield path
+    SETTINGS.clear()
 
 
 @pytest.fixture
@@ -34,7 +39,9 @@ def store(db_path: Path) -> TicketStore:
 
 
 def ctx(key: str | None = None, user: str = "U0ALICE") -> ToolContext:
-    return ToolContext(user_id=user, run_id="run1", call_id="call1", idempotency_key=key)
+    return ToolContext(
+        user_id=user, run_id="run1", call_id="call1", idempotency_key=key, settings=dict(SETTINGS)
+    )
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def run(name: str, args: dict[str, Any], context: ToolContext) -> Ran:
 
 
 def test_effects_and_the_default_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(tickets.ENV_VAR, raising=False)
+    assert tickets.db_path({"tickets_db": str(tmp_path / "t.db")}) == tmp_path / "t.db"
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert tickets.default_db_path() == tmp_path / "xdg" / "switchboard" / "tickets.sqlite3"
     monkeypatch.delenv("XDG_DATA_HOME")

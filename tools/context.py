@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 MIN_CALL_SECONDS = 1.0  # a call started near the run's deadline still gets this long
 
@@ -16,6 +17,10 @@ class ToolContext:
     to make sure its effect happens at most once however often it is retried.
     `deadline` is when the run's time is up, as a `time.monotonic()` value of
     this process (None: no deadline); `execute` cuts the tool's timeout to it.
+    `settings` are the operator's settings for tools, by name, from the composition root
+    (the built-in samples read `knowledge` and `tickets_db`, their data files, set with
+    SWITCHBOARD_KNOWLEDGE and SWITCHBOARD_TICKETS_DB): a tool reads its configuration here,
+    not from the environment.
     """
 
     user_id: str
@@ -26,6 +31,7 @@ class ToolContext:
     call_id: str = ""
     idempotency_key: str | None = None
     deadline: float | None = None
+    settings: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def time_left(self, timeout: float) -> float:
         """Seconds this call may take: the tool's `timeout`, cut to the run's deadline, but

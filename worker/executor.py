@@ -24,7 +24,9 @@ from worker.runtime import Runtime
 log = structlog.get_logger(__name__)
 
 
-def context_for(run: Run, call: Call, idempotency_key: str | None = None) -> ToolContext:
+def context_for(
+    rt: Runtime, run: Run, call: Call, idempotency_key: str | None = None
+) -> ToolContext:
     """Identity comes from the run's verified requester, never from the model's arguments.
     The deadline is what is left of the run's working time (as of its last saved step)."""
     left = run.budgets.deadline_seconds - run.usage.active_seconds
@@ -37,6 +39,7 @@ def context_for(run: Run, call: Call, idempotency_key: str | None = None) -> Too
         call_id=call.id,
         idempotency_key=idempotency_key,
         deadline=time.monotonic() + left,
+        settings=rt.settings.tool_settings,
     )
 
 
@@ -52,7 +55,7 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         assert tool is not None and call.args is not None
         # the run's log context (run id) goes with the call into the pool's thread
         context = contextvars.copy_context()
-        ctx = context_for(run, call)
+        ctx = context_for(rt, run, call)
         futures.append(rt.executor.submit(context.run, execute, tool, ctx, call.args))
     for call, future in zip(calls, futures, strict=True):
         observation: Observation = future.result()
@@ -105,7 +108,7 @@ def run_decided(rt: Runtime, run: Run, call: Call, request: ApprovalRequest) -> 
 
 def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRequest) -> str:
     assert call.args is not None
-    ctx = context_for(run, call, idempotency_key=request.id)
+    ctx = context_for(rt, run, call, idempotency_key=request.id)
     entry = rt.ledger.begin(request.id, request.binding)
     if entry.state == LedgerState.FINISHED:
         run.record_outcome(call.id, entry.ok)
@@ -132,7 +135,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
 def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRequest) -> str:
     """A worker stopped while this write ran. Ask the tool what happened; never run it again."""
     assert call.args is not None
-    ctx = context_for(run, call, idempotency_key=request.id)
+    ctx = context_for(rt, run, call, idempotency_key=request.id)
     found = None
     if tool.reconcile is not None:
         try:

@@ -48,6 +48,8 @@ class Settings:
     concurrency: int = 1  # runs one worker process carries at once (RQ worker loops in threads)
     limits: Limits = field(default_factory=Limits)  # per person; none unless configured
     instructions: str = ""  # the operator's (SWITCHBOARD_INSTRUCTIONS), after the built-in ones
+    # What tools read of their configuration (ToolContext.settings): the samples' data files
+    tool_settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def job_timeout(self) -> int:

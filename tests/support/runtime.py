@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 import redis
 
 import tools.builtin
+from switchboard.settings import Config
 from tools.policy import Policy
 from tools.registry import registry
 from worker import runtime as runtime_module
@@ -54,6 +55,7 @@ def make_runtime(
             budgets=budgets or Budgets(),
             model_timeout=model_timeout,
             model_retries=model_retries,
+            tool_settings=Config().tool_settings,  # as a process would (tickets_db fixture)
             **settings,
         ),
         surfaces=dict(surfaces or {}),

@@ -7,8 +7,8 @@ it is read lazily and re-read when it changes (cached by path and mtime).
 from __future__ import annotations
 
 import difflib
-import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field
 
+from tools.context import ToolContext
 from tools.declare import make_tool
 
 ENV_VAR = "SWITCHBOARD_KNOWLEDGE"
@@ -55,6 +56,7 @@ class Entry:
 
 
 def knowledge_lookup(
+    ctx: ToolContext,
     name: Annotated[str, Field(min_length=1, max_length=200)],
 ) -> dict[str, Any]:
     """Look up a course or policy by its name: fee, currency, prerequisites, description.
@@ -62,12 +64,13 @@ def knowledge_lookup(
     Args:
         name: The course or policy name, e.g. "Django Fundamentals" or "Refund policy".
     """
-    return knowledge_base().find(name).to_json()
+    return knowledge_base(knowledge_path(ctx.settings)).find(name).to_json()
 
 
-def knowledge_path() -> Path:
-    """The knowledge file in use: SWITCHBOARD_KNOWLEDGE or the shipped catalog."""
-    configured = os.environ.get(ENV_VAR, "").strip()
+def knowledge_path(settings: Mapping[str, str]) -> Path:
+    """The knowledge file in use: the `knowledge` setting (SWITCHBOARD_KNOWLEDGE), else the
+    shipped catalog."""
+    configured = settings.get("knowledge", "")
     return Path(configured).expanduser() if configured else DEFAULT_PATH
 
 
@@ -134,9 +137,9 @@ _cache: dict[Path, tuple[tuple[int, int], KnowledgeBase]] = {}
 _cache_lock = threading.Lock()
 
 
-def knowledge_base(path: Path | None = None) -> KnowledgeBase:
+def knowledge_base(path: Path = DEFAULT_PATH) -> KnowledgeBase:
     """The parsed knowledge file, re-read only when its mtime or size changes."""
-    path = (path or knowledge_path()).resolve()
+    path = path.resolve()
     try:
         stat = path.stat()
     except FileNotFoundError:

@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,7 +31,6 @@ from tools.context import ToolContext
 from tools.declare import make_tool
 from tools.decode import canonical_json
 
-ENV_VAR = "SWITCHBOARD_TICKETS_DB"
 MAX_TITLE_CHARS = 200
 MAX_BODY_CHARS = 10_000
 MAX_RESOLUTION_CHARS = 2_000
@@ -86,11 +85,14 @@ class IdempotencyConflict(TicketError):
     """An idempotency key was reused for a different request."""
 
 
+def db_path(settings: Mapping[str, str]) -> Path:
+    """The `tickets_db` setting (SWITCHBOARD_TICKETS_DB), else the default."""
+    configured = settings.get("tickets_db", "")
+    return Path(configured).expanduser() if configured else default_db_path()
+
+
 def default_db_path() -> Path:
-    """SWITCHBOARD_TICKETS_DB, else $XDG_DATA_HOME (or ~/.local/share)/switchboard/."""
-    configured = os.environ.get(ENV_VAR, "").strip()
-    if configured:
-        return Path(configured).expanduser()
+    """$XDG_DATA_HOME (or ~/.local/share)/switchboard/tickets.sqlite3."""
     data_home = os.environ.get("XDG_DATA_HOME", "").strip()
     base = Path(data_home) if data_home else Path.home() / ".local" / "share"
     return base / "switchboard" / "tickets.sqlite3"
@@ -353,6 +355,7 @@ def _enable_wal(connection: sqlite3.Connection) -> None:
 
 
 def search_tickets(
+    ctx: ToolContext,
     query: Annotated[str, Field(max_length=200)] = "",
     status: Literal["open", "closed", "any"] = "open",
     project: Project | None = None,
@@ -366,7 +369,7 @@ def search_tickets(
         project: Only tickets of this project key, e.g. "IT".
         limit: How many tickets to return at most (1-50).
     """
-    return TicketStore().search(query, status, project, limit)
+    return TicketStore(db_path(ctx.settings)).search(query, status, project, limit)
 
 
 def create_ticket(
@@ -384,7 +387,7 @@ def create_ticket(
         body: Details, steps to reproduce, links.
         priority: How urgent it is: "low", "normal", "high" or "urgent".
     """
-    return TicketStore().create(
+    return TicketStore(db_path(ctx.settings)).create(
         project=project,
         title=title,
         body=body,
@@ -410,7 +413,8 @@ def update_ticket(
         priority: A new priority: "low", "normal", "high" or "urgent".
     """
     changes = {"title": title, "body": body, "priority": priority}
-    return TicketStore().update(ticket_id, changes, updated_by=ctx.user_id, key=ctx.idempotency_key)
+    store = TicketStore(db_path(ctx.settings))
+    return store.update(ticket_id, changes, updated_by=ctx.user_id, key=ctx.idempotency_key)
 
 
 def close_ticket(
@@ -424,7 +428,7 @@ def close_ticket(
         ticket_id: The ticket number, e.g. 42.
         resolution: What was done, e.g. "Reset the VPN token".
     """
-    return TicketStore().close(
+    return TicketStore(db_path(ctx.settings)).close(
         ticket_id, resolution, closed_by=ctx.user_id, key=ctx.idempotency_key
     )
 
@@ -452,7 +456,7 @@ def _reconcile(ctx: ToolContext, tool: str, args: dict[str, Any]) -> Any | None:
     if ctx.idempotency_key is None:
         return None
     digest = request_hash(tool, ctx.user_id, args)
-    return TicketStore().stored_result(ctx.idempotency_key, tool, digest)
+    return TicketStore(db_path(ctx.settings)).stored_result(ctx.idempotency_key, tool, digest)
 
 
 # -- helpers --------------------------------------------------------------------
