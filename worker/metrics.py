@@ -51,12 +51,20 @@ disable_created_metrics()
 
 RUN_STATUSES = ("completed", "partial", "failed")
 TOKEN_KINDS = ("prompt", "completion")
+MODEL_ERROR_KINDS = ("unreachable", "timeout", "rejected", "rate_limited")
 
 RUNS = Counter("switchboard_runs", "Runs that ended, by final status.", ["status"])
 MODEL_CALL = Histogram(
     "switchboard_model_call_seconds",
     "Time of one answered model call (Chat Completions, the client's retries included).",
     buckets=(0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+)
+MODEL_ERRORS = Counter(
+    "switchboard_model_errors",
+    "Model requests that failed after the client's retries (calls, and the start-up check), "
+    "by kind: unreachable, timeout, rejected (an HTTP error: unknown model, bad key, 5xx), "
+    "rate_limited (429).",
+    ["kind"],
 )
 TOKENS = Counter("switchboard_model_tokens", "Tokens the model read and wrote.", ["kind"])
 COST = Counter("switchboard_cost_usd", "Model spend, by the price table (USD per 1M tokens).")
@@ -80,6 +88,8 @@ for _status in RUN_STATUSES:  # every series exists from the start, so rate() se
     RUNS.labels(_status)
 for _kind in TOKEN_KINDS:
     TOKENS.labels(_kind)
+for _kind in MODEL_ERROR_KINDS:
+    MODEL_ERRORS.labels(_kind)
 
 
 # --- recording (one call from each place that knows) -------------------------------------------
@@ -90,6 +100,10 @@ def model_called(turn: ModelTurn, cost: float) -> None:
     TOKENS.labels("prompt").inc(max(0, turn.prompt_tokens))
     TOKENS.labels("completion").inc(max(0, turn.completion_tokens))
     COST.inc(max(0.0, cost))
+
+
+def model_failed(kind: str) -> None:
+    MODEL_ERRORS.labels(kind if kind in MODEL_ERROR_KINDS else "rejected").inc()
 
 
 def run_ended(status: RunStatus) -> None:
@@ -265,6 +279,7 @@ __all__ = [
     "MetricsServer",
     "approval_decided",
     "model_called",
+    "model_failed",
     "observe_ack",
     "render",
     "run_ended",

@@ -7,13 +7,14 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx2
 import openai
 import structlog
 
 from tools.execute import valid_unicode
+from worker import metrics
 from worker.streaming import TextSink, TurnAccumulator
 
 log = structlog.get_logger(__name__)
@@ -39,13 +40,23 @@ class ModelTurn:
     seconds: float = 0.0
 
 
+# Why a model request failed, for the metric and the log line (metrics.MODEL_ERROR_KINDS):
+# the server could not be reached (or its reply broke off), did not answer in time, answered
+# with an error (an unknown model, a bad key, a 5xx after the retries, an empty reply), or
+# kept answering 429.
+ModelErrorKind = Literal["unreachable", "timeout", "rejected", "rate_limited"]
+
+
 class ModelError(Exception):
     """The model could not be reached or refused the request after the client's own retries."""
 
-    def __init__(self, detail: str, *, timed_out: bool = False) -> None:
+    def __init__(
+        self, detail: str, *, timed_out: bool = False, kind: ModelErrorKind | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.timed_out = timed_out
+        self.kind: ModelErrorKind = kind or ("timeout" if timed_out else "rejected")
 
 
 NO_MODEL = (
@@ -95,6 +106,35 @@ class ModelClient:
             timeout=openai.Timeout(timeout, connect=5.0),
             max_retries=max_retries,
         )
+        url = self.client.base_url
+        # Where the model server is, as logs may say it: host and port, never the key (a
+        # header) nor anything else of the URL (a proxy's credentials, a query).
+        self.server = f"{url.host}:{url.port}" if url.port else str(url.host)
+
+    def check(self, timeout: float = 5.0) -> bool:
+        """At start-up: one GET /models, no retries. Warns, and never raises, when the server
+        cannot be reached, refuses, or does not list the configured model; a process starts
+        either way (the server may come up later), but an operator reads why runs will fail."""
+        client = self.client.with_options(
+            timeout=openai.Timeout(timeout, connect=min(timeout, 5.0)), max_retries=0
+        )
+        try:
+            with model_errors(timeout):
+                listed = [model.id for model in client.models.list()]
+        except ModelError as exc:
+            self._failed(exc, "model_server_check_failed")
+            return False
+        if listed and self.model not in listed:
+            log.warning(
+                "model_not_listed", server=self.server, model=self.model, listed=len(listed)
+            )
+            return False
+        log.info("model_server_ok", server=self.server, model=self.model)
+        return True
+
+    def _failed(self, exc: ModelError, event: str) -> None:
+        metrics.model_failed(exc.kind)
+        log.warning(event, kind=exc.kind, server=self.server, model=self.model, error=exc.detail)
 
     def complete(
         self,
@@ -104,7 +144,21 @@ class ModelClient:
         sink: TextSink | None = None,
     ) -> ModelTurn:
         """One model call. With a `sink`, the reply is streamed and its answer text passed on
-        as it arrives; the turn (and its usage) is the same as without."""
+        as it arrives; the turn (and its usage) is the same as without. A failure is counted
+        by kind and logged as a warning naming the server, then raised."""
+        try:
+            return self._complete(messages, tools, timeout, sink)
+        except ModelError as exc:
+            self._failed(exc, "model_call_failed")
+            raise
+
+    def _complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        sink: TextSink | None,
+    ) -> ModelTurn:
         started = time.monotonic()
         # The request is plain JSON already. Handed to `create(messages=...)`, the SDK would
         # first walk every message against its typed definitions, which measured as more CPU
@@ -157,7 +211,9 @@ class ModelClient:
                 ) from exc
             except (httpx2.TransportError, openai.APIConnectionError) as exc:
                 if attempt >= self.client.max_retries:
-                    raise ModelError("the model's streamed reply broke off") from exc
+                    raise ModelError(
+                        "the model's streamed reply broke off", kind="unreachable"
+                    ) from exc
                 log.warning("model_stream_retry", attempt=attempt + 1, error=type(exc).__name__)
                 sink.reset()
                 continue
@@ -177,10 +233,13 @@ def model_errors(timeout: float) -> Iterator[None]:
             f"the model did not answer within {timeout:.0f} s", timed_out=True
         ) from exc
     except openai.APIConnectionError as exc:
-        raise ModelError("could not reach the model server (connection failed)") from exc
+        raise ModelError(
+            "could not reach the model server (connection failed)", kind="unreachable"
+        ) from exc
     except openai.APIStatusError as exc:
         raise ModelError(
-            f"the model server answered HTTP {exc.status_code}: {_short(exc)}"
+            f"the model server answered HTTP {exc.status_code}: {_short(exc)}",
+            kind="rate_limited" if exc.status_code == 429 else "rejected",
         ) from exc
     except openai.OpenAIError as exc:
         raise ModelError(f"model client error: {type(exc).__name__}") from exc
