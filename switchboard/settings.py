@@ -35,6 +35,8 @@ class Config(BaseSettings):
     model: str = Field("gpt-4.1-mini", alias="SWITCHBOARD_MODEL")
 
     redis_url: str = Field("", alias="REDIS_URL")
+    # Refuse the embedded Redis: where processes must share one (Kubernetes, compose)
+    require_redis_url: bool = Field(False, alias="SWITCHBOARD_REQUIRE_REDIS_URL")
     policy: str = Field("", alias="SWITCHBOARD_POLICY")
     tools: str = Field("", alias="SWITCHBOARD_TOOLS")
     mcp: str = Field("", alias="SWITCHBOARD_MCP")  # MCP servers file (YAML)
