@@ -3,11 +3,13 @@
 Counters and histograms are per process: each process counts what it did itself, and
 Prometheus adds the processes up (`sum`). Gauges that describe shared state (the queue's
 length, approvals pending) are read from Redis when scraped, by a collector, in one round
-trip of O(1)/O(log N) commands (LLEN, ZCARD, ZRANGE 0 0), however large the backlog. Every
+trip of O(1)/O(log N) commands (LLEN, ZCARD, ZRANGE 0 0), however large the backlog, plus
+one script that reads the workers' heartbeats (O(registered worker slots), worker/fleet.py). Every
 process reports the same shared value, so dashboards take `max`, not `sum`.
 
-Labels are bounded: a run's final status (3 values), a token kind (2), tool names (the
-registry's), a tool's effect and outcome (2 each). Never a user, a run or a channel.
+Labels are bounded: a run's final status (3 values), a token kind (2), a model error's kind
+(4), tool names (the registry's), a tool's effect and outcome (2 each), the build's version.
+Never a user, a run or a channel.
 
 Served by `render` on a server the process already has (the bot's HTTP port) or by `serve`
 on a port of its own (a Socket Mode bot, a worker), which also answers `/healthz` (Redis
@@ -16,10 +18,12 @@ answers) and `/livez` (the process answers; no Redis) for probes.
 
 from __future__ import annotations
 
+import platform
 import threading
 import time
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -27,6 +31,7 @@ import structlog
 from prometheus_client import (
     REGISTRY,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -36,6 +41,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from tools.exceptions import OperatorError
+from worker.fleet import ask_fleet, fleet_of
 
 if TYPE_CHECKING:
     from approvals import ApprovalRequest
@@ -78,6 +84,18 @@ APPROVAL_DECISION = Histogram(
     "From an approval request to a person's decision (approved or rejected).",
     buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600),
 )
+RUN_DURATION = Histogram(
+    "switchboard_run_duration_seconds",
+    "Working time of a run that ended (model calls and tools; waiting for a person's decision "
+    "is not counted), by final status.",
+    ["status"],
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+BUILD_INFO = Gauge(
+    "switchboard_build_info",
+    "Always 1: the version of Switchboard and of Python this process runs.",
+    ["version", "python"],
+)
 SLACK_ACK = Histogram(
     "switchboard_slack_ack_seconds",
     "From a Slack request's arrival to its acknowledgement (Slack allows 3 s).",
@@ -86,6 +104,7 @@ SLACK_ACK = Histogram(
 
 for _status in RUN_STATUSES:  # every series exists from the start, so rate() sees the first
     RUNS.labels(_status)
+    RUN_DURATION.labels(_status)
 for _kind in TOKEN_KINDS:
     TOKENS.labels(_kind)
 for _kind in MODEL_ERROR_KINDS:
@@ -106,8 +125,19 @@ def model_failed(kind: str) -> None:
     MODEL_ERRORS.labels(kind if kind in MODEL_ERROR_KINDS else "rejected").inc()
 
 
-def run_ended(status: RunStatus) -> None:
+def run_ended(status: RunStatus, seconds: float = 0.0) -> None:
     RUNS.labels(status.value).inc()
+    RUN_DURATION.labels(status.value).observe(max(0.0, seconds))
+
+
+def _version() -> str:
+    try:
+        return version("switchboard")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
+BUILD_INFO.labels(_version(), platform.python_version()).set(1)
 
 
 def tool_called(tool: str, effect: str, ok: bool) -> None:
@@ -145,7 +175,9 @@ class SharedState(Collector):
             pipe.llen(rt.queue.key)
             pipe.zcard(rt.approvals.keys.pending)
             pipe.zrange(rt.approvals.keys.pending, 0, 0, withscores=True)
-            depth, pending, first = pipe.execute()
+            ask_fleet(rt.redis, rt.queue.name, pipe)
+            depth, pending, first, workers = pipe.execute()
+            fleet = fleet_of(workers)
         except redis.RedisError as exc:
             log.warning("metrics_redis_failed", error=f"{type(exc).__name__}: {exc}"[:300])
             return [*gauges, _gauge("switchboard_redis_up", value=0)]
@@ -157,6 +189,8 @@ class SharedState(Collector):
             _gauge("switchboard_queue_depth", value=depth),
             _gauge("switchboard_approvals_pending", value=pending),
             _gauge("switchboard_approval_oldest_pending_seconds", value=max(0.0, oldest)),
+            _gauge("switchboard_workers_alive", value=fleet.processes),
+            _gauge("switchboard_worker_slots_busy", value=fleet.busy),
         ]
 
 
@@ -168,6 +202,10 @@ _GAUGES = {
     "switchboard_approval_oldest_pending_seconds": (
         "Age of the oldest approval request still waiting (0 when none)."
     ),
+    "switchboard_workers_alive": (
+        "Worker processes taking jobs from the queue, live by their RQ heartbeat (fleet-wide)."
+    ),
+    "switchboard_worker_slots_busy": "Worker slots working on a job now (fleet-wide).",
 }
 
 
