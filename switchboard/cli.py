@@ -178,13 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="the Slack user id to act as (default console:$USER)")
     p.set_defaults(log_level=logging.ERROR)  # nothing but the conversation on the terminal
 
-    from switchboard import approvals_cli, demos_cli, eval_cli, runs_cli, tools_cli
+    from switchboard import approvals_cli, demos_cli, eval_cli, runs_cli, status_cli, tools_cli
 
     runs_cli.add_command(verbs)
     approvals_cli.add_command(verbs)
     demos_cli.add_commands(verbs)
     tools_cli.add_command(verbs)
     eval_cli.add_command(verbs)
+    status_cli.add_command(verbs)
     return parser
 
 

@@ -40,6 +40,7 @@ class Fleet:
     processes: int  # worker processes with at least one live slot
     slots: int  # live slots
     busy: int  # slots working on a job now
+    by_process: tuple[tuple[str, int, int], ...] = ()  # ("HOST.PID", live slots, busy)
 
     @property
     def alive(self) -> bool:
@@ -68,8 +69,7 @@ def _triples(raw: list[bytes]) -> list[tuple[str, str, str]]:
 
 def judge(workers: list[tuple[str, str, str]], now: datetime) -> Fleet:
     """(name, last heartbeat, state) of each registered slot, as live processes and slots."""
-    processes: set[str] = set()
-    slots = busy = 0
+    processes: dict[str, list[int]] = {}
     for name, beat, state in workers:
         working = state == "busy"
         try:
@@ -78,7 +78,14 @@ def judge(workers: list[tuple[str, str, str]], now: datetime) -> Fleet:
             fresh = False
         if not (fresh or working):
             continue
-        slots += 1
-        busy += working
-        processes.add(name.rsplit(".", 1)[0] if name.count(".") >= 2 else name)
-    return Fleet(processes=len(processes), slots=slots, busy=busy)
+        counts = processes.setdefault(
+            name.rsplit(".", 1)[0] if name.count(".") >= 2 else name, [0, 0]
+        )
+        counts[0] += 1
+        counts[1] += working
+    return Fleet(
+        processes=len(processes),
+        slots=sum(c[0] for c in processes.values()),
+        busy=sum(c[1] for c in processes.values()),
+        by_process=tuple((name, c[0], c[1]) for name, c in sorted(processes.items())),
+    )

@@ -115,12 +115,8 @@ class ModelClient:
         """At start-up: one GET /models, no retries. Warns, and never raises, when the server
         cannot be reached, refuses, or does not list the configured model; a process starts
         either way (the server may come up later), but an operator reads why runs will fail."""
-        client = self.client.with_options(
-            timeout=openai.Timeout(timeout, connect=min(timeout, 5.0)), max_retries=0
-        )
         try:
-            with model_errors(timeout):
-                listed = [model.id for model in client.models.list()]
+            listed = self._listed(timeout)
         except ModelError as exc:
             self._failed(exc, "model_server_check_failed")
             return False
@@ -131,6 +127,25 @@ class ModelClient:
             return False
         log.info("model_server_ok", server=self.server, model=self.model)
         return True
+
+    def probe(self, timeout: float = 5.0) -> str | None:
+        """As `check`, for a report (`switchboard status`): None when the server answers and
+        lists the model, else why not, in words; nothing logged or counted."""
+        try:
+            listed = self._listed(timeout)
+        except ModelError as exc:
+            return exc.detail
+        if listed and self.model not in listed:
+            return f"the server does not list the model {self.model!r}"
+        return None
+
+    def _listed(self, timeout: float) -> list[str]:
+        """GET /models, once (no retries), within `timeout`."""
+        client = self.client.with_options(
+            timeout=openai.Timeout(timeout, connect=min(timeout, 5.0)), max_retries=0
+        )
+        with model_errors(timeout):
+            return [model.id for model in client.models.list()]
 
     def _failed(self, exc: ModelError, event: str) -> None:
         metrics.model_failed(exc.kind)
