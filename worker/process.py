@@ -217,11 +217,13 @@ def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
 def unblock_idle_slots(rt: Runtime) -> int:
     """Wake this process's slots from RQ's blocking dequeue (CLIENT UNBLOCK: the command
     returns as on its timeout), so they leave RQ's loop now (`SlotQueue`) rather than take
-    the job of a run just handed back. Only this process's connections: each is named after
-    its process (`switchboard-PID`, or RQ's worker name `HOST.PID.SLOT`). A Redis that
-    refuses CLIENT commands leaves the slots blocked; a job one of them takes then goes back
-    to the queue untouched (`SlotWorker.dequeue_job_and_maintain_ttl`)."""
-    mine = re.compile(rf"switchboard-{os.getpid()}|.+\.{os.getpid()}\.\d+")
+    the job of a run just handed back. This process's connections are named after it
+    (`switchboard-PID`, or RQ's worker name `HOST.PID.SLOT`); a process on another host with
+    the same pid (containers: often 1) is woken too, harmlessly: its slots, not stopping,
+    just wait again. A Redis that refuses CLIENT commands leaves the slots blocked; a job one
+    of them takes then goes back to the queue untouched (`dequeue_job_and_maintain_ttl`)."""
+    pid, host = os.getpid(), re.escape(socket.gethostname())
+    mine = re.compile(rf"switchboard-{pid}|{host}\.{pid}\.\d+")
     try:
         clients = rt.redis.client_list()
         blocked = [
