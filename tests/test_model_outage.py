@@ -15,6 +15,7 @@ import yaml
 
 from switchboard import logs
 from switchboard.startup import check_model
+from tests.fakes.openai_server import Fault
 from tests.support.processes import WorkerProcess, worker_env
 from tests.support.promql import History, fires, samples_of
 from tests.support.redis_server import free_port
@@ -156,3 +157,30 @@ def test_a_worker_starts_with_its_model_server_down_and_says_so(
     lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
     [failed] = [x for x in lines if x["event"] == "model_server_check_failed"]
     assert failed["level"] == "warning" and failed["server"] == f"127.0.0.1:{port}"
+
+
+def test_a_rate_limited_model_is_counted_as_such_and_the_error_rate_alert_fires(
+    redis_conn, model_server, tickets_db
+):
+    rt = make_runtime(redis_conn, model_server.url, model_retries=0)
+    for n in range(3):
+        model_server.route(f"limited [{n}]", [Fault.rate_limit()])
+    served = metrics.serve(0, rt, host="127.0.0.1")
+    try:
+        before = scrape(served.port)
+        for n in range(3):
+            service.submit(rt, f"limited [{n}]: what is 2 + 3?", ALICE)
+        work(rt)
+        after = scrape(served.port)
+    finally:
+        served.stop()
+    assert errors_of(after, "rate_limited") == errors_of(before, "rate_limited") + 3
+    assert errors_of(after, "unreachable") == errors_of(before, "unreachable")
+    alert = rule("SwitchboardModelErrors")
+    hold = seconds(alert["for"])
+    history: History = [(0.0, samples_of(before))] + [
+        (60.0 * n, samples_of(after)) for n in range(1, int(hold // 60) + 2)
+    ]
+    assert fires(alert["expr"], history, hold)
+    # an outage of rate limits is not "unreachable": that alert stays quiet
+    assert not fires(rule("SwitchboardModelUnreachable")["expr"], history, hold)
