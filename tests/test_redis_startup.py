@@ -109,3 +109,32 @@ def test_a_url_without_a_password_is_shown_as_it_is():
     for url in ("redis://host:6379/0", "unix:///run/redis.sock?db=2", "rediss://h:6380/0"):
         assert redact_url(url) == url
     assert redact_url("redis://host:99999999/0") == "[a URL that does not parse]"
+
+
+@pytest.mark.slow
+def test_the_bot_logs_the_redis_it_uses_and_checks_the_model_server(
+    redis_url, model_server, tmp_path
+):
+    log = tmp_path / "bot.log"
+    with FakeSlack(tokens={"xoxb-good", "xapp-good"}) as slack, log.open("wb") as out:
+        env = worker_env(redis_url, model_server.url, tmp_path)
+        env.update(
+            SLACK_BOT_TOKEN="xoxb-good", SLACK_APP_TOKEN="xapp-good", SLACK_API_URL=slack.url
+        )
+        bot = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "bot"],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_until(lambda: "model_server_ok" in log.read_text(), what="the bot's checks")
+        finally:
+            bot.terminate()
+            bot.wait(30)
+    events = {x["event"]: x for x in json_lines(log)}
+    assert events["redis_in_use"]["url"] == redis_url
+    assert events["model_server_ok"]["model"] == "gpt-fake"
+    assert "xoxb-good" not in log.read_text() and "xapp-good" not in log.read_text()
