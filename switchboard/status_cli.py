@@ -13,9 +13,10 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from switchboard.settings import Config
+if TYPE_CHECKING:
+    from switchboard.settings import Config
 
 HEALTHY = """\
 healthy means all three: Redis answers, at least one worker process is alive (it heartbeat
