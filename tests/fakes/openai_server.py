@@ -633,12 +633,14 @@ class FakeOpenAI(FakeServer[Request]):
             self._routes.append(responder)
 
     def reset(self) -> None:
-        """Forget routes, the default script, recorded requests and script errors."""
+        """Forget routes, the default script, recorded requests, script errors and the listed
+        models."""
         with self._cond:
             self._routes.clear()
             self._script = None
             self._script_errors.clear()
             self._records.clear()
+            self.models = ["gpt-fake"]
 
     def decide(self, body: dict[str, Any]) -> tuple[Fault | None, Reply | str]:
         """(one-shot fault to serve first, the scripted reply or an error message)."""
