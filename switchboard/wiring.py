@@ -148,7 +148,8 @@ def open_runtime(config: Config) -> Runtime:
     # Every slot holds a connection while it waits in RQ's blocking dequeue; its run needs
     # another, and tools, leases and the sweeper share a few more.
     pool = 2 * config.worker_concurrency + 16
-    return build_runtime(config, connect(config.redis_url, max_connections=pool))
+    connection = connect(config.redis_url, max_connections=pool, require=config.require_redis_url)
+    return build_runtime(config, connection)
 
 
 def build_runtime(

@@ -43,6 +43,11 @@ PUBLIC_NAMES = [
     "switchboard_cost_usd_total",
     "switchboard_tool_calls_total",
     "switchboard_slack_ack_seconds",
+    "switchboard_model_errors_total",
+    "switchboard_workers_alive",
+    "switchboard_worker_slots_busy",
+    "switchboard_run_duration_seconds",
+    "switchboard_build_info",
 ]
 
 
@@ -318,6 +323,9 @@ def test_alert_rules_parse_and_watch_approvals_failures_the_queue_and_cost():
         "SwitchboardRunsFailing": 'switchboard_runs_total{status="failed"}',
         "SwitchboardQueueGrowing": "switchboard_queue_depth",
         "SwitchboardCostPerHourHigh": "switchboard_cost_usd_total",
+        "SwitchboardModelUnreachable": "switchboard_model_errors_total",
+        "SwitchboardNoLiveWorker": "switchboard_workers_alive",
+        "SwitchboardRedisUnreachable": "absent(switchboard_redis_up)",
     }
     for alert, watched in expected.items():
         assert watched in alerts[alert]["expr"], alert

@@ -459,7 +459,7 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         seconds=run.usage.active_seconds,
     )
     rt.save(run, lease_token)
-    metrics.run_ended(run.status)
+    metrics.run_ended(run.status, run.usage.active_seconds)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
     admit_next(rt, run)
     rt.surface(run).finished(run)

@@ -3,11 +3,13 @@
 Counters and histograms are per process: each process counts what it did itself, and
 Prometheus adds the processes up (`sum`). Gauges that describe shared state (the queue's
 length, approvals pending) are read from Redis when scraped, by a collector, in one round
-trip of O(1)/O(log N) commands (LLEN, ZCARD, ZRANGE 0 0), however large the backlog. Every
+trip of O(1)/O(log N) commands (LLEN, ZCARD, ZRANGE 0 0), however large the backlog, plus
+one script that reads the workers' heartbeats (O(registered worker slots), worker/fleet.py). Every
 process reports the same shared value, so dashboards take `max`, not `sum`.
 
-Labels are bounded: a run's final status (3 values), a token kind (2), tool names (the
-registry's), a tool's effect and outcome (2 each). Never a user, a run or a channel.
+Labels are bounded: a run's final status (3 values), a token kind (2), a model error's kind
+(4), tool names (the registry's), a tool's effect and outcome (2 each), the build's version.
+Never a user, a run or a channel.
 
 Served by `render` on a server the process already has (the bot's HTTP port) or by `serve`
 on a port of its own (a Socket Mode bot, a worker), which also answers `/healthz` (Redis
@@ -16,17 +18,20 @@ answers) and `/livez` (the process answers; no Redis) for probes.
 
 from __future__ import annotations
 
+import platform
 import threading
 import time
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 import structlog
 from prometheus_client import (
     REGISTRY,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -36,14 +41,26 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 from tools.exceptions import OperatorError
+from worker.fleet import ask_fleet, fleet_of
 
 if TYPE_CHECKING:
     from approvals import ApprovalRequest
-    from worker.model import ModelTurn
     from worker.run import RunStatus
-    from worker.runtime import Runtime
+    from worker.turns import ModelTurn
 
 log = structlog.get_logger(__name__)
+
+
+class Runtime(Protocol):
+    """What the metrics read of a process's runtime (worker.runtime.Runtime, which imports
+    the model adapter, which counts its errors here: a protocol keeps the imports one way)."""
+
+    redis: redis.Redis
+    leases: Any
+    queue: Any
+    approvals: Any
+    settings: Any
+
 
 # `*_created` series (a counter's start time) double what a scrape carries and are not used by
 # rate() or by the dashboard; this process owns its registry, so they are off for all of it.
@@ -51,12 +68,20 @@ disable_created_metrics()
 
 RUN_STATUSES = ("completed", "partial", "failed")
 TOKEN_KINDS = ("prompt", "completion")
+MODEL_ERROR_KINDS = ("unreachable", "timeout", "rejected", "rate_limited")
 
 RUNS = Counter("switchboard_runs", "Runs that ended, by final status.", ["status"])
 MODEL_CALL = Histogram(
     "switchboard_model_call_seconds",
     "Time of one answered model call (Chat Completions, the client's retries included).",
     buckets=(0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+)
+MODEL_ERRORS = Counter(
+    "switchboard_model_errors",
+    "Model requests that failed after the client's retries (calls, and the start-up check), "
+    "by kind: unreachable, timeout, rejected (an HTTP error: unknown model, bad key, 5xx), "
+    "rate_limited (429).",
+    ["kind"],
 )
 TOKENS = Counter("switchboard_model_tokens", "Tokens the model read and wrote.", ["kind"])
 COST = Counter("switchboard_cost_usd", "Model spend, by the price table (USD per 1M tokens).")
@@ -70,6 +95,18 @@ APPROVAL_DECISION = Histogram(
     "From an approval request to a person's decision (approved or rejected).",
     buckets=(10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600),
 )
+RUN_DURATION = Histogram(
+    "switchboard_run_duration_seconds",
+    "Working time of a run that ended (model calls and tools; waiting for a person's decision "
+    "is not counted), by final status.",
+    ["status"],
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+)
+BUILD_INFO = Gauge(
+    "switchboard_build_info",
+    "Always 1: the version of Switchboard and of Python this process runs.",
+    ["version", "python"],
+)
 SLACK_ACK = Histogram(
     "switchboard_slack_ack_seconds",
     "From a Slack request's arrival to its acknowledgement (Slack allows 3 s).",
@@ -78,8 +115,11 @@ SLACK_ACK = Histogram(
 
 for _status in RUN_STATUSES:  # every series exists from the start, so rate() sees the first
     RUNS.labels(_status)
+    RUN_DURATION.labels(_status)
 for _kind in TOKEN_KINDS:
     TOKENS.labels(_kind)
+for _kind in MODEL_ERROR_KINDS:
+    MODEL_ERRORS.labels(_kind)
 
 
 # --- recording (one call from each place that knows) -------------------------------------------
@@ -92,8 +132,23 @@ def model_called(turn: ModelTurn, cost: float) -> None:
     COST.inc(max(0.0, cost))
 
 
-def run_ended(status: RunStatus) -> None:
+def model_failed(kind: str) -> None:
+    MODEL_ERRORS.labels(kind if kind in MODEL_ERROR_KINDS else "rejected").inc()
+
+
+def run_ended(status: RunStatus, seconds: float = 0.0) -> None:
     RUNS.labels(status.value).inc()
+    RUN_DURATION.labels(status.value).observe(max(0.0, seconds))
+
+
+def _version() -> str:
+    try:
+        return version("switchboard")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
+BUILD_INFO.labels(_version(), platform.python_version()).set(1)
 
 
 def tool_called(tool: str, effect: str, ok: bool) -> None:
@@ -131,7 +186,9 @@ class SharedState(Collector):
             pipe.llen(rt.queue.key)
             pipe.zcard(rt.approvals.keys.pending)
             pipe.zrange(rt.approvals.keys.pending, 0, 0, withscores=True)
-            depth, pending, first = pipe.execute()
+            ask_fleet(rt.redis, rt.queue.name, pipe)
+            depth, pending, first, workers = pipe.execute()
+            fleet = fleet_of(workers)
         except redis.RedisError as exc:
             log.warning("metrics_redis_failed", error=f"{type(exc).__name__}: {exc}"[:300])
             return [*gauges, _gauge("switchboard_redis_up", value=0)]
@@ -143,6 +200,8 @@ class SharedState(Collector):
             _gauge("switchboard_queue_depth", value=depth),
             _gauge("switchboard_approvals_pending", value=pending),
             _gauge("switchboard_approval_oldest_pending_seconds", value=max(0.0, oldest)),
+            _gauge("switchboard_workers_alive", value=fleet.processes),
+            _gauge("switchboard_worker_slots_busy", value=fleet.busy),
         ]
 
 
@@ -154,6 +213,10 @@ _GAUGES = {
     "switchboard_approval_oldest_pending_seconds": (
         "Age of the oldest approval request still waiting (0 when none)."
     ),
+    "switchboard_workers_alive": (
+        "Worker processes taking jobs from the queue, live by their RQ heartbeat (fleet-wide)."
+    ),
+    "switchboard_worker_slots_busy": "Worker slots working on a job now (fleet-wide).",
 }
 
 
@@ -265,6 +328,7 @@ __all__ = [
     "MetricsServer",
     "approval_decided",
     "model_called",
+    "model_failed",
     "observe_ack",
     "render",
     "run_ended",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx2
 import openai
 import structlog
 
+from worker import metrics
 from worker.deadline import CutOffSink, Overdue, within
 from worker.streaming import TextSink, TurnAccumulator
 from worker.turns import ModelTurn, read_turn
@@ -20,13 +21,23 @@ log = structlog.get_logger(__name__)
 DEADLINE_GRACE = 0.25  # seconds past a call's timeout before it is given up (worker.deadline)
 
 
+# Why a model request failed, for the metric and the log line (metrics.MODEL_ERROR_KINDS):
+# the server could not be reached (or its reply broke off), did not answer in time, answered
+# with an error (an unknown model, a bad key, a 5xx after the retries, an empty reply), or
+# kept answering 429.
+ModelErrorKind = Literal["unreachable", "timeout", "rejected", "rate_limited"]
+
+
 class ModelError(Exception):
     """The model could not be reached or refused the request after the client's own retries."""
 
-    def __init__(self, detail: str, *, timed_out: bool = False) -> None:
+    def __init__(
+        self, detail: str, *, timed_out: bool = False, kind: ModelErrorKind | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.timed_out = timed_out
+        self.kind: ModelErrorKind = kind or ("timeout" if timed_out else "rejected")
 
 
 NO_MODEL = (
@@ -76,6 +87,50 @@ class ModelClient:
             timeout=openai.Timeout(timeout, connect=5.0),
             max_retries=max_retries,
         )
+        url = self.client.base_url
+        # Where the model server is, as logs may say it: host and port, never the key (a
+        # header) nor anything else of the URL (a proxy's credentials, a query).
+        self.server = f"{url.host}:{url.port}" if url.port else str(url.host)
+
+    def check(self, timeout: float = 5.0) -> bool:
+        """At start-up: one GET /models, no retries. Warns, and never raises, when the server
+        cannot be reached, refuses, or does not list the configured model; a process starts
+        either way (the server may come up later), but an operator reads why runs will fail."""
+        try:
+            listed = self._listed(timeout)
+        except ModelError as exc:
+            self._failed(exc, "model_server_check_failed")
+            return False
+        if listed and self.model not in listed:
+            log.warning(
+                "model_not_listed", server=self.server, model=self.model, listed=len(listed)
+            )
+            return False
+        log.info("model_server_ok", server=self.server, model=self.model)
+        return True
+
+    def probe(self, timeout: float = 5.0) -> str | None:
+        """As `check`, for a report (`switchboard status`): None when the server answers and
+        lists the model, else why not, in words; nothing logged or counted."""
+        try:
+            listed = self._listed(timeout)
+        except ModelError as exc:
+            return exc.detail
+        if listed and self.model not in listed:
+            return f"the server does not list the model {self.model!r}"
+        return None
+
+    def _listed(self, timeout: float) -> list[str]:
+        """GET /models, once (no retries), within `timeout`."""
+        client = self.client.with_options(
+            timeout=openai.Timeout(timeout, connect=min(timeout, 5.0)), max_retries=0
+        )
+        with model_errors(timeout):
+            return [model.id for model in client.models.list()]
+
+    def _failed(self, exc: ModelError, event: str) -> None:
+        metrics.model_failed(exc.kind)
+        log.warning(event, kind=exc.kind, server=self.server, model=self.model, error=exc.detail)
 
     def complete(
         self,
@@ -86,7 +141,21 @@ class ModelClient:
     ) -> ModelTurn:
         """One model call. With a `sink`, the reply is streamed and its answer text passed on
         as it arrives; the turn (and its usage) is the same as without. It ends within
-        `timeout` (worker.deadline), also when the server stalls or the SDK retries."""
+        `timeout` (worker.deadline), also when the server stalls or the SDK retries. A
+        failure is counted by kind and logged as a warning naming the server, then raised."""
+        try:
+            return self._within(messages, tools, timeout, sink)
+        except ModelError as exc:
+            self._failed(exc, "model_call_failed")
+            raise
+
+    def _within(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        sink: TextSink | None,
+    ) -> ModelTurn:
         started = time.monotonic()
         guarded = CutOffSink(sink) if sink is not None else None
         try:
@@ -161,7 +230,9 @@ class ModelClient:
                 ) from exc
             except (httpx2.TransportError, openai.APIConnectionError) as exc:
                 if attempt >= self.client.max_retries:
-                    raise ModelError("the model's streamed reply broke off") from exc
+                    raise ModelError(
+                        "the model's streamed reply broke off", kind="unreachable"
+                    ) from exc
                 log.warning("model_stream_retry", attempt=attempt + 1, error=type(exc).__name__)
                 sink.reset()
                 continue
@@ -181,10 +252,13 @@ def model_errors(timeout: float) -> Iterator[None]:
             f"the model did not answer within {timeout:.0f} s", timed_out=True
         ) from exc
     except openai.APIConnectionError as exc:
-        raise ModelError("could not reach the model server (connection failed)") from exc
+        raise ModelError(
+            "could not reach the model server (connection failed)", kind="unreachable"
+        ) from exc
     except openai.APIStatusError as exc:
         raise ModelError(
-            f"the model server answered HTTP {exc.status_code}: {_short(exc)}"
+            f"the model server answered HTTP {exc.status_code}: {_short(exc)}",
+            kind="rate_limited" if exc.status_code == 429 else "rejected",
         ) from exc
     except openai.OpenAIError as exc:
         raise ModelError(f"model client error: {type(exc).__name__}") from exc

@@ -12,23 +12,29 @@ isolation, but a run's state is in Redis and crashed runs are recovered by lease
 the sweeper, so Switchboard does not need RQ to notice a dead work-horse.
 
 Signals reach only the main thread, so it owns them: the first SIGINT/SIGTERM stops taking
-jobs and asks every run in flight to hand itself back to the queue at its next step
-(`Runtime.stopping`); runs still busy when the grace period ends are recovered by the sweeper
-once their leases lapse. A second signal stops at once.
+jobs in every slot (idle slots are woken from their blocking dequeue and leave, so none takes
+the job of a run just handed back) and asks every run in flight to hand itself back to the
+queue at its next step (`Runtime.stopping`); runs still busy when the grace period ends are
+recovered by the sweeper once their leases lapse. A second signal stops at once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
+import redis
 import structlog
-from rq import SimpleWorker
+from rq import Queue, SimpleWorker
+from rq.exceptions import StopRequested
+from rq.intermediate_queue import IntermediateQueue
+from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
@@ -43,15 +49,56 @@ DEFAULT_GRACE_SECONDS = 25.0  # Kubernetes waits 30 s between SIGTERM and SIGKIL
 SLOT_RESTART_SECONDS = 1.0  # a slot whose loop died (Redis went away) is started again after
 
 
+class SlotQueue(Queue):
+    """RQ's queue, as the slots of one process dequeue from it: once the process is stopping,
+    a slot leaves RQ's loop instead of waiting for another job (RQ itself looks at its stop
+    flag only between jobs). Made per process by `slot_queue_class`."""
+
+    stopping: ClassVar[threading.Event] = threading.Event()
+
+    @classmethod
+    def dequeue_any(cls, *args: Any, **kwargs: Any) -> tuple[Job, Queue] | None:
+        if cls.stopping.is_set():
+            raise StopRequested
+        return super().dequeue_any(*args, **kwargs)
+
+
+def slot_queue_class(stopping: threading.Event) -> type[SlotQueue]:
+    return type("SlotQueue", (SlotQueue,), {"stopping": stopping})
+
+
 class SlotWorker(SimpleWorker):
     """One slot of a worker process: RQ's SimpleWorker loop, run in a thread."""
 
     # RQ's default job timeout uses SIGALRM, which only the main thread can receive.
     death_penalty_class = WatchdogDeathPenalty
 
-    def __init__(self, *args: Any, slot: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, slot: int = 0, stopping: threading.Event | None = None, **kwargs: Any
+    ) -> None:
         self.slot = slot
+        self.stopping = stopping or threading.Event()
         super().__init__(*args, **kwargs)
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        """A stopping process takes no new job in any slot. RQ checks its stop flag only
+        between jobs, and an idle slot waits in a blocking dequeue: without this, the job of
+        a run just handed back went to the next idle slot, which handed it back again, once
+        per slot (31 `handed_back` events for one run at concurrency 32). The job goes back to
+        the front of the queue, untouched, for another process."""
+        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        if result is None or not (self._stop_requested or self.stopping.is_set()):
+            return result
+        job, queue = result
+        pipe = self.connection.pipeline()  # MULTI: the job is in exactly one of the two lists
+        pipe.lrem(IntermediateQueue.get_intermediate_queue_key(queue.key), 1, job.id)
+        queue.push_job_id(job.id, pipeline=pipe, at_front=True)
+        pipe.execute()
+        self._stop_requested = True
+        log.debug("worker_slot_gave_back_job", slot=self.slot, job_id=job.id)
+        return None  # RQ's loop then ends, as after an idle timeout
 
     def _install_signal_handlers(self) -> None:
         """The process's main thread owns the signals (see `serve`)."""
@@ -73,11 +120,13 @@ class SlotWorker(SimpleWorker):
 
 def make_worker(rt: Runtime, slot: int = 0, name: str | None = None) -> SlotWorker:
     return SlotWorker(
-        [rt.queue],
+        [rt.queue.name],  # built by RQ as a SlotQueue, the class it must be
         connection=rt.redis,
         serializer=JSONSerializer,
         name=name,
         slot=slot,
+        stopping=rt.stopping,
+        queue_class=slot_queue_class(rt.stopping),
         # RQ's own liveness bookkeeping; Switchboard's recovery does not wait for it.
         worker_ttl=60,
         maintenance_interval=60,
@@ -164,9 +213,35 @@ def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
     rt.stopping.set()
     for slot in slots:
         slot.request_stop()
+    unblock_idle_slots(rt)
     deadline = time.monotonic() + grace
     while any(s.busy for s in slots) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def unblock_idle_slots(rt: Runtime) -> int:
+    """Wake this process's slots from RQ's blocking dequeue (CLIENT UNBLOCK: the command
+    returns as on its timeout), so they leave RQ's loop now (`SlotQueue`) rather than take
+    the job of a run just handed back. This process's connections are named after it
+    (`switchboard-PID`, or RQ's worker name `HOST.PID.SLOT`); a process on another host with
+    the same pid (containers: often 1) is woken too, harmlessly: its slots, not stopping,
+    just wait again. A Redis that refuses CLIENT commands leaves the slots blocked; a job one
+    of them takes then goes back to the queue untouched (`dequeue_job_and_maintain_ttl`)."""
+    pid, host = os.getpid(), re.escape(socket.gethostname())
+    mine = re.compile(rf"switchboard-{pid}|{host}\.{pid}\.\d+")
+    try:
+        clients = rt.redis.client_list()
+        blocked = [
+            c["id"]
+            for c in clients
+            if c.get("cmd") in ("blmove", "blpop") and mine.fullmatch(c.get("name", ""))
+        ]
+        for client_id in blocked:
+            rt.redis.client_unblock(int(client_id))
+    except redis.RedisError as exc:
+        log.warning("worker_unblock_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        return 0
+    return len(blocked)
 
 
 def _replace_ended(slot: Slot) -> Slot:

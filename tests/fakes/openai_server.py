@@ -590,6 +590,7 @@ class FakeOpenAI(FakeServer[Request]):
         self._routes: list[Responder] = []
         self._script_errors: list[str] = []
         self._ids = itertools.count(1)
+        self.models = ["gpt-fake"]  # what GET /v1/models lists
 
     @property
     def url(self) -> str:
@@ -636,12 +637,14 @@ class FakeOpenAI(FakeServer[Request]):
             self._routes.append(responder)
 
     def reset(self) -> None:
-        """Forget routes, the default script, recorded requests and script errors."""
+        """Forget routes, the default script, recorded requests, script errors and the listed
+        models."""
         with self._cond:
             self._routes.clear()
             self._script = None
             self._script_errors.clear()
             self._records.clear()
+            self.models = ["gpt-fake"]
 
     def decide(self, body: dict[str, Any]) -> tuple[Fault | None, Reply | str]:
         """(one-shot fault to serve first, the scripted reply or an error message)."""
@@ -754,6 +757,12 @@ class _OpenAIHandler(QuietHandler):
             self._chat(body)
         elif method == "POST" and path == "/v1/embeddings":
             self._embeddings(body)
+        elif method == "GET" and path == "/v1/models":
+            listed = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "fake"}
+                for m in self.fake.models
+            ]
+            self.send_json(200, {"object": "list", "data": listed})
         else:
             message = f"Invalid URL ({method} {path})"
             self._error(404, error_body(message, "invalid_request_error"))

@@ -1,0 +1,89 @@
+"""Log lines as an operator reads them: with SWITCHBOARD_LOG_FORMAT=json every line of a
+process is one JSON object, the libraries' (RQ, slack_sdk) included; a worker start says
+nothing about Redis timeouts against a healthy Redis."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from slack_sdk import WebClient
+
+from switchboard import logs, redisconn
+from tests.fakes.slack_server import FakeSlack
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.runtime import make_runtime, wait_until
+from worker.process import make_worker
+
+
+@pytest.fixture
+def json_logs() -> Iterator[None]:
+    logs.configure("json", logging.INFO)
+    yield
+    logs.configure("console", logging.INFO)
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line, each of which must be a JSON object (json.loads raises otherwise)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_with_json_logs_a_worker_writes_rqs_lines_as_json_too(
+    redis_conn, redis_url, model_server, tmp_path
+):
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(worker_env(redis_url, model_server.url, tmp_path), log)
+    try:
+        wait_until(lambda: "Acquired scheduler lock" in log.read_text(), what="RQ's first line")
+    finally:
+        worker.stop()
+    lines = json_lines(log.read_text())
+    [rq_line] = [x for x in lines if x.get("logger") == "rq.scheduler"]
+    assert rq_line["event"] == "Acquired scheduler lock for switchboard"
+    assert rq_line["level"] == "info" and rq_line["timestamp"].endswith("Z")
+    assert any(x["event"] == "worker_started" for x in lines)
+    assert not [x for x in lines if "could not connect to Redis" in x["event"]]
+
+
+def test_with_json_logs_a_slack_sdk_warning_is_one_json_object(json_logs, capsys):
+    with FakeSlack() as slack:
+        client = WebClient(token="xoxb-not-logged", base_url=slack.url)
+        client.api_call("auth.test", auth=42)  # type: ignore[arg-type]  # slack_sdk warns, skips it
+    said = capsys.readouterr().err
+    [line] = [x for x in json_lines(said) if x.get("logger", "").startswith("slack_sdk")]
+    assert line["event"].startswith("As the auth: 42")
+    assert line["level"] == "warning" and "timestamp" in line
+    assert "xoxb-not-logged" not in said
+
+
+def test_library_lines_stay_plain_text_in_console_format(capsys):
+    logs.configure("console", logging.INFO)
+    logging.getLogger("rq.worker").warning("Worker %s: something", "w1")
+    assert "rq.worker Worker w1: something" in capsys.readouterr().err
+
+
+def test_configured_twice_a_library_line_is_written_once(json_logs, capsys):
+    logs.configure("json", logging.WARNING)  # as the CLI does again for --verbose or a quiet verb
+    logging.getLogger("rq.worker").warning("once")
+    assert [x["event"] for x in json_lines(capsys.readouterr().err)] == ["once"]
+
+
+@pytest.mark.slow
+def test_an_idle_slot_waits_out_rqs_blocking_dequeue_on_the_start_up_connection(
+    redis_conn, redis_url, model_server, tickets_db
+):
+    conn = redisconn.connect(redis_url)  # its start-up PING opens the pool's first connection
+    try:
+        worker = make_worker(make_runtime(conn, model_server.url))
+        assert conn.connection_pool.connection_kwargs["socket_timeout"] >= (
+            worker.connection_timeout
+        )
+        # Longer than redis-py's default read timeout (5 s), on that same pooled connection:
+        # before, RQ's idle dequeue failed here with "Timeout reading from socket".
+        assert conn.blpop(["sb:test:nothing"], 6) is None
+    finally:
+        conn.close()

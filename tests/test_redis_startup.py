@@ -1,0 +1,140 @@
+"""Every process says which Redis it uses, at start-up and without the password; where an
+operator requires a shared one (SWITCHBOARD_REQUIRE_REDIS_URL), the embedded default is
+refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from switchboard.errors import redact_url
+from tests.fakes.slack_server import FakeSlack
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.redis_server import RedisServer
+from tests.support.runtime import wait_until
+
+PASSWORD = "s3cretRedisPassw0rd"
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+
+
+@pytest.mark.slow
+def test_a_worker_logs_the_redis_url_it_uses_without_the_password(model_server, tmp_path):
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(worker_env(server.url, model_server.url, tmp_path), log)
+    try:
+        wait_until(lambda: "worker_started" in log.read_text(), what="the worker's start")
+    finally:
+        worker.stop()
+        server.stop()
+    [line] = [x for x in json_lines(log) if x["event"] == "redis_in_use"]
+    assert line["url"] == f"redis://:***@127.0.0.1:{server.port}/0"
+    assert PASSWORD not in log.read_text()
+
+
+@pytest.mark.slow
+def test_without_redis_url_a_worker_logs_the_embedded_redis_and_its_path(model_server, tmp_path):
+    env = worker_env("", model_server.url, tmp_path)
+    del env["REDIS_URL"]
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(env, log, "--burst")  # ends when the (empty) queue is done
+    try:
+        assert worker.wait(60) == 0
+    finally:
+        worker.stop()
+    [line] = [x for x in json_lines(log) if x["event"] == "redis_in_use"]
+    assert line["embedded"] == str(tmp_path / "data" / "switchboard" / "redis.db")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", [["worker"], ["bot"], ["chat"], ["dev"], ["runs", "list"]])
+def test_require_redis_url_refuses_the_embedded_redis_in_one_line(verb, model_server, tmp_path):
+    env = worker_env("", model_server.url, tmp_path, SWITCHBOARD_REQUIRE_REDIS_URL="1")
+    del env["REDIS_URL"]
+    if verb == ["bot"]:  # the bot checks its Slack token first
+        slack = FakeSlack(tokens={"xoxb-good", "xapp-good"}).start()
+        env.update(
+            SLACK_BOT_TOKEN="xoxb-good", SLACK_APP_TOKEN="xapp-good", SLACK_API_URL=slack.url
+        )
+    (tmp_path / "data").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "switchboard", *verb],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    if verb == ["bot"]:
+        slack.stop()
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    [err] = done.stderr.strip().splitlines()
+    assert err.startswith("switchboard: REDIS_URL is not set, and SWITCHBOARD_REQUIRE_REDIS_URL")
+    assert not (tmp_path / "data" / "switchboard" / "redis.db").exists()  # none was started
+
+
+passwords = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=6, max_size=40
+)
+
+
+@given(password=passwords, user=st.sampled_from(["", "default", "app"]))
+def test_a_logged_url_never_carries_its_password(password, user):
+    secret = quote(password, safe="")
+    for url in (
+        f"redis://{user}:{secret}@host:6379/0",
+        f"rediss://{user}:{secret}@host/0?ssl_ca_certs=/ca.pem",
+        f"unix:///run/redis.sock?db=0&password={secret}",
+        f"redis://host:6379/0?password={secret}&db=1",
+    ):
+        rest = url.replace(secret, "")
+        assume(secret not in rest and password not in rest)  # it would show for other reasons
+        shown = redact_url(url)
+        assert secret not in shown and password not in shown, (url, shown)
+
+
+def test_a_url_without_a_password_is_shown_as_it_is():
+    for url in ("redis://host:6379/0", "unix:///run/redis.sock?db=2", "rediss://h:6380/0"):
+        assert redact_url(url) == url
+    assert redact_url("redis://host:99999999/0") == "[a URL that does not parse]"
+
+
+@pytest.mark.slow
+def test_the_bot_logs_the_redis_it_uses_and_checks_the_model_server(
+    redis_url, model_server, tmp_path
+):
+    log = tmp_path / "bot.log"
+    with FakeSlack(tokens={"xoxb-good", "xapp-good"}) as slack, log.open("wb") as out:
+        env = worker_env(redis_url, model_server.url, tmp_path)
+        env.update(
+            SLACK_BOT_TOKEN="xoxb-good", SLACK_APP_TOKEN="xapp-good", SLACK_API_URL=slack.url
+        )
+        bot = subprocess.Popen(
+            [sys.executable, "-m", "switchboard", "bot"],
+            env=env,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            wait_until(lambda: "model_server_ok" in log.read_text(), what="the bot's checks")
+        finally:
+            bot.terminate()
+            bot.wait(30)
+    events = {x["event"]: x for x in json_lines(log)}
+    assert events["redis_in_use"]["url"] == redis_url
+    assert events["model_server_ok"]["model"] == "gpt-fake"
+    assert "xoxb-good" not in log.read_text() and "xapp-good" not in log.read_text()
