@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]  # the project
 SERVER = ROOT / "tests" / "support" / "mcp_server.py"
 
 
+def installed(command: str) -> str:
+    """A server installed with the test environment (`mcp-server-git`, `mcp-server-time`): the
+    script beside the running Python, so the tests need no activated virtualenv on PATH."""
+    path = Path(sys.executable).parent / command
+    assert path.exists(), f"{command} is not installed beside {sys.executable}"
+    return str(path)
+
+
 class NotesServer:
     """tests/support/mcp_server.py over streamable HTTP, as a child process on a free port."""
 

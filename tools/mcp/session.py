@@ -26,7 +26,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
 from tools.exceptions import McpServerError, ToolError, bounded
-from tools.mcp.config import ServerConfig
+from tools.mcp.config import ServerConfig, command_places, resolve_command
 from tools.mcp.loop import EventLoopThread
 from tools.yaml_nodes import printable
 
@@ -174,7 +174,7 @@ class Connection:
         config = self.config
         if config.command is not None:
             params = StdioServerParameters(
-                command=config.command,
+                command=resolve_command(config.command),
                 args=list(config.args),
                 env=dict(config.env) or None,
                 cwd=config.cwd,
@@ -348,7 +348,8 @@ def describe(error: BaseException, config: ServerConfig) -> str:
     """A failure to connect, in one line for the operator."""
     leaf = _leaf(error)
     if isinstance(leaf, FileNotFoundError) and config.command is not None:
-        return f"command not found: {bounded(config.command, 100)}"
+        places = " and ".join(command_places())
+        return f"command not found: {bounded(config.command, 100)} (looked in {places})"
     if isinstance(leaf, MCPError) and leaf.code == CONNECTION_CLOSED:
         if config.command is not None:
             return "the server closed the connection (its process exited; its output is above)"
