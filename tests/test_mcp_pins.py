@@ -27,7 +27,9 @@ from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.mcp_servers import HOSTILE, NotesServer, starts, stdio_hostile, write_config
 from tests.support.processes import ROOT, WorkerProcess, worker_env
 from tests.support.runtime import ALICE, approve_first, wait_for_run, wait_until
+from tools import ToolContext
 from tools.exceptions import McpServerError
+from tools.execute import execute
 from tools.mcp import McpServers
 from tools.mcp.pins import Pins
 from tools.registry import ToolRegistry
@@ -159,6 +161,41 @@ def test_a_listing_that_differs_from_the_recorded_one_makes_every_tool_a_write_u
         loaded.append(servers)
         assert accepted.get("s_flip_write").effect == "read"  # type: ignore[union-attr]
         assert [s.verdict.state for s in servers.servers] == ["recorded"]
+    finally:
+        for servers in loaded:
+            tools.mcp.unload(servers)
+
+
+def test_a_running_process_stops_running_a_servers_reads_once_another_found_it_changed(
+    redis_conn: redis.Redis, notes_dir: Path, tmp_path: Path
+) -> None:
+    """The worker started while the server said read-only (and recorded that); a process
+    started later hears `false`. From then on the worker's "read", which really writes, is
+    not run, until an operator accepts the change."""
+    pins = mcp_pins(redis_conn)
+    path = write_config(tmp_path / "mcp.yaml", {"s": stdio_hostile(notes_dir, "file")})
+    (notes_dir / "readonly").touch()
+    loaded = []
+    try:
+        worker, servers = load(path, pins)
+        loaded.append(servers)
+        tool = worker.get("s_flip_write")
+        assert tool is not None and tool.effect == "read"
+        assert execute(tool, ToolContext(user_id="UALICE"), {"target": "a"}).ok
+        assert starts(notes_dir, "flip_write") == [None]
+
+        (notes_dir / "readonly").unlink()
+        _, servers = load(path, pins)  # a bot, a worker or `switchboard tools` starting now
+        loaded.append(servers)
+        assert servers.servers[0].verdict.differs
+        observation = execute(tool, ToolContext(user_id="UALICE"), {"target": "b"})
+        assert not observation.ok
+        assert observation.text == (
+            "Error: s_flip_write was not run: MCP server 's' has changed its tool listing since "
+            "this process started, so its reads wait until an operator accepts the change and "
+            "Switchboard restarts"
+        )
+        assert starts(notes_dir, "flip_write") == [None]  # b never reached the server
     finally:
         for servers in loaded:
             tools.mcp.unload(servers)

@@ -16,13 +16,14 @@ is larger than MAX_SCHEMA_CHARS is refused at start-up, naming the server and th
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from mcp import types
 
 from tools.context import ToolContext
-from tools.exceptions import ToolDefinitionError
+from tools.exceptions import ToolDefinitionError, ToolError
 from tools.mcp.config import Effect, ServerConfig
 from tools.mcp.results import result_text
 from tools.mcp.session import Connection
@@ -35,6 +36,7 @@ log = structlog.get_logger(__name__)
 # Where the idempotency key (the approval id) travels: the request's `_meta`, under a key of
 # our own (the spec leaves `_meta` keys without a reserved prefix to their users).
 IDEMPOTENCY_META = "switchboard/idempotency-key"
+Guard = Callable[[], str | None]  # why a call must not run now, or None
 MAX_TEXT = 2_000  # characters of a description the model is sent
 MAX_SCHEMA_CHARS = 32_000  # characters of an input schema's JSON, descriptions cut
 
@@ -65,11 +67,17 @@ def parameters_of(tool: types.Tool) -> dict[str, Any]:
 
 
 def make_tool(
-    config: ServerConfig, connection: Connection, listed: types.Tool, *, all_writes: bool = False
+    config: ServerConfig,
+    connection: Connection,
+    listed: types.Tool,
+    *,
+    all_writes: bool = False,
+    guard: Guard | None = None,
 ) -> Tool:
     """Build the `Tool` for one listed server tool; ToolDefinitionError if it cannot be.
     `all_writes`: the server's listing changed (tools/mcp/pins.py), so whatever it says now,
-    the tool is a high-risk write unless `effects:` pins it."""
+    the tool is a high-risk write unless `effects:` pins it. `guard`, asked before each call
+    of a read its annotations made (not `effects:`), says why it must not run now."""
     name = config.tool_name(listed.name)
     if not NAME_PATTERN.match(name):
         raise ToolDefinitionError(
@@ -106,7 +114,14 @@ def make_tool(
         description=description or f"The {listed.name} tool of the {config.key} MCP server.",
         parameters=parameters,
         effect=effect,
-        handler=make_handler(connection, listed.name, name, effect, config.timeout),
+        handler=make_handler(
+            connection,
+            listed.name,
+            name,
+            effect,
+            config.timeout,
+            guard if effect == "read" and pinned is None else None,
+        ),
         timeout=config.timeout,
         normalizer=lambda args: with_defaults(args, defaults),
         source=f"MCP server {config.key}",
@@ -138,9 +153,17 @@ def _cut(text: str) -> str:
 
 
 def make_handler(
-    connection: Connection, server_name: str, tool_name: str, effect: Effect, timeout: float
+    connection: Connection,
+    server_name: str,
+    tool_name: str,
+    effect: Effect,
+    timeout: float,
+    guard: Guard | None = None,
 ) -> Handler:
     def call(ctx: ToolContext, args: dict[str, Any]) -> str:
+        refused = guard() if guard is not None else None
+        if refused:
+            raise ToolError(f"Error: {tool_name} was not run: {refused}")
         meta = {IDEMPOTENCY_META: ctx.idempotency_key} if ctx.idempotency_key else None
         result = connection.call(
             server_name,

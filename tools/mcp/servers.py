@@ -19,10 +19,11 @@ import atexit
 import difflib
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 import structlog
 
 from tools.exceptions import McpConfigError, McpServerError, ToolDefinitionError
@@ -54,6 +55,7 @@ class McpServers:
         loop = loop or shared_loop()
         self.connections = {c.key: Connection(c, loop) for c in configs}
         self.servers: list[ServerTools] = []
+        self.pins: Pins | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> McpServers:
@@ -82,6 +84,7 @@ class McpServers:
             thread.start()
         for thread in threads:
             thread.join()
+        self.pins = pins
         self.servers = [
             self._tools_of(c, problems, self._verdict(c, pins, problems))
             for key, c in self.connections.items()
@@ -120,6 +123,28 @@ class McpServers:
     def close(self) -> None:
         for connection in self.connections.values():
             connection.close()
+
+    def _guard(self, config: ServerConfig) -> Callable[[], str | None] | None:
+        """For the reads of a server this process believed: refuse them once another
+        process has found the server's listing changed (one Redis GET per call)."""
+        pins = self.pins
+        if pins is None:
+            return None
+
+        def changed() -> str | None:
+            try:
+                mark = pins.marked(config.key)
+            except redis.RedisError:
+                return "Switchboard cannot check that its MCP server is unchanged (Redis)"
+            if mark is None:
+                return None
+            return (
+                f"MCP server '{config.key}' has changed its tool listing since this process "
+                "started, so its reads wait until an operator accepts the change and "
+                "Switchboard restarts"
+            )
+
+        return changed
 
     def _verdict(self, connection: Connection, pins: Pins | None, problems: list[str]) -> Verdict:
         """Whether the server's listing stayed what it was (see tools/mcp/pins.py)."""
@@ -174,7 +199,15 @@ class McpServers:
             if name not in listed:
                 continue
             try:
-                made.append(make_tool(config, connection, listed[name], all_writes=verdict.differs))
+                made.append(
+                    make_tool(
+                        config,
+                        connection,
+                        listed[name],
+                        all_writes=verdict.differs,
+                        guard=self._guard(config) if not verdict.differs else None,
+                    )
+                )
             except ToolDefinitionError as error:
                 problems.append(f"{config.where}: {error}")
         return ServerTools(config, connection, tuple(made), verdict)
