@@ -30,6 +30,7 @@ from tests.support.runtime import ALICE, work
 from tools import register_tool
 from tools.exceptions import ArgumentError, McpServerError, ToolDefinitionError
 from tools.registry import ToolRegistry, registry
+from tools.schema_check import schema_problem
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime
@@ -215,6 +216,36 @@ def test_a_declared_schema_never_makes_checking_arguments_recurse_too_deep(
     value = {"p": _deep(arguments, levels)}  # at most the decoder's 16 levels
     with contextlib.suppress(ArgumentError):  # refused, with a message: fine
         _from_deep_in_the_stack(150, lambda: tool.validate(value))
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["$ref", "allOf", "properties", "items", "$defs", "not", "p", "type"]),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(schema=st.dictionaries(st.sampled_from(["$ref", "allOf", "properties", "$defs"]), _json))
+def test_the_schema_check_answers_for_any_json_and_never_recurses(schema: dict[str, Any]) -> None:
+    problem = schema_problem(schema)
+    assert problem is None or isinstance(problem, str)
+
+
+def test_a_schema_nested_far_past_the_recursion_limit_is_refused_without_recursing() -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(5000):  # far past Python's recursion limit, as JSON a server could send
+        deep = {"allOf": [deep]}
+    assert schema_problem({"type": "object", "properties": {"p": deep}}) == (
+        "nests subschemas more than 32 levels deep"
+    )
 
 
 # -- names that collide ------------------------------------------------------------------------

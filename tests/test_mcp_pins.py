@@ -118,6 +118,7 @@ def load(path: Path, pins: Pins | None) -> tuple[ToolRegistry, McpServers]:
     return registry, tools.mcp.load(path, registry, pins)
 
 
+@pytest.mark.slow  # four starts of a stdio server: about 7 s here
 def test_a_listing_that_differs_from_the_recorded_one_makes_every_tool_a_write_until_accepted(
     redis_conn: redis.Redis, notes_dir: Path, tmp_path: Path
 ) -> None:
