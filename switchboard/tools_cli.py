@@ -1,4 +1,4 @@
-"""`switchboard tools [check] [--profile NAME] [--json]`: every registered tool, where it comes
+"""`switchboard tools [check|accept SERVER] [--profile NAME] [--json]`: every registered tool,
 from and what the policy grants it.
 
 `tools` lists each tool with its effect, where it comes from (a module, or an MCP server),
