@@ -1,5 +1,5 @@
-"""`switchboard tools [check|accept SERVER] [--profile NAME] [--json]`: every registered tool,
-from and what the policy grants it.
+"""`switchboard tools [check|accept SERVER] [--profile NAME] [--json]`: every registered
+tool, where it comes from and what the policy grants it.
 
 `tools` lists each tool with its effect, where it comes from (a module, or an MCP server),
 the policy entry that applies to it, who may call it and who approves it; a tool the policy
