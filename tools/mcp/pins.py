@@ -29,9 +29,12 @@ from typing import Any, Literal
 import redis
 from mcp import types
 
+from tools.yaml_nodes import printable
+
 Fingerprint = dict[str, dict[str, Any]]
 State = Literal["recorded", "same", "differs"]
 MAX_NAMES = 20  # tool names kept in the mark, and shown
+MAX_NAME = 80  # characters of each
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,10 @@ def fingerprint(listing: Sequence[types.Tool]) -> Fingerprint:
 
 
 def differing(a: Fingerprint, b: Fingerprint) -> list[str]:
-    """The names of tools one has and the other has not, or that differ, sorted."""
-    return sorted(name for name in a.keys() | b.keys() if a.get(name) != b.get(name))
+    """The names of tools one has and the other has not, or that differ, sorted; each cut
+    to MAX_NAME characters and made printable (they go to logs and to the terminal)."""
+    names = sorted(name for name in a.keys() | b.keys() if a.get(name) != b.get(name))
+    return [printable(name[:MAX_NAME]) for name in names]
 
 
 def compare(server: str, first: Sequence[types.Tool], second: Sequence[types.Tool]) -> Verdict:
