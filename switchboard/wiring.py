@@ -15,6 +15,7 @@ from tools.policy import Policy
 from tools.registry import load_modules, registry
 from worker import policy_watch
 from worker.budgets import PriceTable
+from worker.keys import Keys
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
 from worker.model import Model, ModelClient
@@ -26,14 +27,16 @@ from worker.surface import Surface
 
 if TYPE_CHECKING:
     from tools.mcp import McpServers
+    from tools.mcp.pins import Pins
 
 
-def load_tools(config: Config) -> McpServers | None:
+def load_tools(config: Config, connection: redis.Redis | None = None) -> McpServers | None:
     """The operator's modules (`SWITCHBOARD_TOOLS`), then the tools of their MCP servers
-    (`SWITCHBOARD_MCP`: connected now, or start-up fails naming the server). The built-in
-    samples only when asked for, or when neither is configured. Returns the MCP servers."""
+    (`SWITCHBOARD_MCP`: connected now, or start-up fails naming the server), each server's
+    listing checked against the one recorded in `connection`'s Redis. The built-in samples
+    only when asked for, or when neither is configured. Returns the MCP servers."""
     load_modules_or_samples(config)
-    return load_mcp(config)
+    return load_mcp(config, connection)
 
 
 def load_modules_or_samples(config: Config) -> None:
@@ -47,15 +50,27 @@ def load_modules_or_samples(config: Config) -> None:
     tools.builtin.load()
 
 
-def load_mcp(config: Config) -> McpServers | None:
+def load_mcp(config: Config, connection: redis.Redis | None = None) -> McpServers | None:
     if not config.mcp:
         return None
     import tools.mcp  # the SDK is imported only by processes that connect to servers
 
-    return tools.mcp.load(config.mcp, registry)
+    return tools.mcp.load(config.mcp, registry, mcp_pins(connection))
 
 
-def check_tools(config: Config) -> tuple[McpServers | None, list[str]]:
+def mcp_pins(connection: redis.Redis | None) -> Pins | None:
+    """The deployment's record of each MCP server's first listing (tools/mcp/pins.py)."""
+    if connection is None:
+        return None
+    from tools.mcp.pins import Pins
+
+    keys = Keys()
+    return Pins(connection, keys.mcp_listing, keys.mcp_changed)
+
+
+def check_tools(
+    config: Config, connection: redis.Redis | None = None
+) -> tuple[McpServers | None, list[str]]:
     """Load every tool source as `load_tools` does, but go on after a failure: the MCP
     servers (when they loaded) and every problem, one line each."""
     problems: list[str] = []
@@ -65,7 +80,7 @@ def check_tools(config: Config) -> tuple[McpServers | None, list[str]]:
     except OperatorError as error:
         problems.extend(str(error).splitlines())
     try:
-        servers = load_mcp(config)
+        servers = load_mcp(config, connection)
     except OperatorError as error:
         problems.extend(str(error).splitlines())
     return servers, problems
@@ -159,7 +174,7 @@ def build_runtime(
     surfaces: dict[str, Surface] | None = None,
 ) -> Runtime:
     """The runtime of `config`: its tools loaded, its policy read."""
-    load_tools(config)
+    load_tools(config, connection)
     seen = policy_watch.digest(Path(config.policy)) if config.policy else None  # before reading
     runtime = assemble_runtime(config, connection, load_policy(config), surfaces=surfaces)
     base_limits = runtime_settings(config).limits  # the SWITCHBOARD_USER_* settings alone

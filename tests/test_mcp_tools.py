@@ -5,6 +5,7 @@ the official SDK client talks to the servers as it would in production."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import pytest
 import tools.mcp
 from tests.support.mcp_servers import (
     NotesServer,
+    installed,
     starts,
     stdio_notes,
     write_config,
@@ -27,6 +29,7 @@ from tools.decode import decode_arguments
 from tools.exceptions import ArgumentError, McpServerError
 from tools.execute import execute
 from tools.mcp import IDEMPOTENCY_META, McpServers
+from tools.mcp.config import command_places, resolve_command
 from tools.policy import Policy
 from tools.registry import ToolRegistry
 
@@ -78,7 +81,7 @@ def run(registry: ToolRegistry, name: str, arguments: str, ctx: ToolContext = CT
 
 
 def test_the_time_server_from_pypi_brings_read_tools_that_answer(load: Loader) -> None:
-    registry, _ = load({"time": {"command": "mcp-server-time"}})
+    registry, _ = load({"time": {"command": installed("mcp-server-time")}})
     assert registry.names() == ["time_get_current_time", "time_convert_time"]
     tool = registry.get("time_get_current_time")
     assert tool is not None
@@ -95,7 +98,7 @@ def test_the_git_server_from_pypi_gets_effects_and_risk_from_its_annotations(
     registry, _ = load(
         {
             "git": {
-                "command": "mcp-server-git",
+                "command": installed("mcp-server-git"),
                 "args": ["--repository", str(git_repo)],
                 "prefix": "",
             }
@@ -116,7 +119,7 @@ def test_the_git_server_from_pypi_gets_effects_and_risk_from_its_annotations(
 def test_strict_decoding_accepts_what_the_git_server_publishes_and_explains_the_rest(
     load: Loader, git_repo: Path
 ) -> None:
-    registry, _ = load({"git": {"command": "mcp-server-git", "prefix": ""}})
+    registry, _ = load({"git": {"command": installed("mcp-server-git"), "prefix": ""}})
     git_log = registry.get("git_log")
     assert git_log is not None
     repo = str(git_repo)
@@ -258,9 +261,24 @@ def test_an_unreachable_server_at_start_up_stops_start_up_naming_it(
         "the server",
         f"MCP server 'gone' ({config} line 2): cannot connect to "
         "no-such-mcp-server-for-switchboard: command not found: "
-        "no-such-mcp-server-for-switchboard; check its command, or remove the server",
+        f"no-such-mcp-server-for-switchboard (looked in {' and '.join(command_places())}); "
+        "check its command, or remove the server",
     ]
     assert time.monotonic() - started < 10
+
+
+def test_a_bare_command_is_found_beside_the_running_python_when_path_does_not_have_it(
+    load: Loader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service started as /opt/venv/bin/switchboard, virtualenv not activated: the servers
+    pip installed into the same virtualenv are found, after PATH."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert shutil.which("mcp-server-time") is None
+    assert resolve_command("mcp-server-time") == installed("mcp-server-time")
+    assert resolve_command("git") == shutil.which("git")  # PATH first, as a shell would
+    assert resolve_command("./bin/server") == "./bin/server"  # a path is used as it is
+    registry, _ = load({"time": {"command": "mcp-server-time"}})
+    assert registry.names() == ["time_get_current_time", "time_convert_time"]
 
 
 def test_tools_and_effects_must_name_tools_the_server_has(
@@ -415,7 +433,7 @@ def test_the_policy_governs_mcp_tools_by_their_final_names_and_keeps_destructive
 ) -> None:
     registry, _ = load(
         {
-            "git": {"command": "mcp-server-git", "prefix": ""},
+            "git": {"command": installed("mcp-server-git"), "prefix": ""},
             "notes": stdio_notes(notes_dir, prefix="", tools=["add_note", "delete_note"]),
         }
     )

@@ -22,6 +22,7 @@ from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import app_mention
 from tests.support.mcp_servers import (
     NotesServer,
+    installed,
     starts,
     stdio_notes,
     write_config,
@@ -55,7 +56,7 @@ def servers_file(request: pytest.FixtureRequest, notes_dir: Path, tmp_path: Path
         request.addfinalizer(server.stop)
         notes = {"url": server.url}
     return write_config(
-        tmp_path / "mcp.yaml", {"time": {"command": "mcp-server-time"}, "notes": notes}
+        tmp_path / "mcp.yaml", {"time": {"command": installed("mcp-server-time")}, "notes": notes}
     )
 
 

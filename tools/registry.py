@@ -23,6 +23,7 @@ from tools.exceptions import (
     ToolModuleError,
 )
 from tools.schema import is_object_schema, is_strict_compatible
+from tools.schema_check import schema_problem
 
 log = structlog.get_logger(__name__)
 
@@ -145,6 +146,11 @@ def _schema_validator(name: str, parameters: object) -> Draft202012Validator:
         raise ToolDefinitionError(
             f'tool {name}: parameters must be a JSON schema with "type": "object" '
             f"(got {_preview(parameters)})"
+        )
+    problem = schema_problem(parameters)  # before anything recursive looks at it
+    if problem:
+        raise ToolDefinitionError(
+            f"tool {name}: its parameters schema cannot be checked: it {problem}"
         )
     try:
         Draft202012Validator.check_schema(parameters)

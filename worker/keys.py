@@ -69,6 +69,16 @@ class Keys(ApprovalKeys):
     def embedding(self, digest: str) -> str:
         return f"{self.ns}emb:{digest}"
 
+    # -- MCP servers -----------------------------------------------------------------------
+    def mcp_listing(self, server: str) -> str:
+        """The first listing of an MCP server (by its key in the servers file), fixed for the
+        deployment: each tool's name and a digest of its schema and annotations (JSON)."""
+        return f"{self.ns}mcp:{server}:listing"
+
+    def mcp_changed(self, server: str) -> str:
+        """Set once a listing of the server differed: which tools, and how (JSON)."""
+        return f"{self.ns}mcp:{server}:changed"
+
     # -- Slack -----------------------------------------------------------------------------
     def slack_event(self, event_id: str) -> str:
         """One delivery per Slack event id."""

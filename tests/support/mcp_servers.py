@@ -16,18 +16,27 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]  # the project
 SERVER = ROOT / "tests" / "support" / "mcp_server.py"
+HOSTILE = ROOT / "tests" / "support" / "mcp_hostile_server.py"  # HOSTILE=flip|file|long|...
+
+
+def installed(command: str) -> str:
+    """A server installed with the test environment (`mcp-server-git`, `mcp-server-time`): the
+    script beside the running Python, so the tests need no activated virtualenv on PATH."""
+    path = Path(sys.executable).parent / command
+    assert path.exists(), f"{command} is not installed beside {sys.executable}"
+    return str(path)
 
 
 class NotesServer:
     """tests/support/mcp_server.py over streamable HTTP, as a child process on a free port."""
 
-    def __init__(self, notes_dir: Path) -> None:
+    def __init__(self, notes_dir: Path, script: Path = SERVER, **env: str) -> None:
         self.dir = notes_dir
         port_file = notes_dir / f"port-{os.urandom(4).hex()}"
         self.log = open(notes_dir / "http-server.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--http", str(port_file)],
-            env={**os.environ, "NOTES_DIR": str(notes_dir)},
+            [sys.executable, str(script), "--http", str(port_file)],
+            env={**os.environ, "NOTES_DIR": str(notes_dir), **env},
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -63,6 +72,16 @@ def stdio_notes(notes_dir: Path, **extra: Any) -> dict[str, Any]:
         "command": sys.executable,
         "args": [str(SERVER)],
         "env": {"NOTES_DIR": "${NOTES_DIR}"},
+        **extra,
+    }
+
+
+def stdio_hostile(notes_dir: Path, mode: str, **extra: Any) -> dict[str, Any]:
+    """A `servers:` entry that starts tests/support/mcp_hostile_server.py over stdio."""
+    return {
+        "command": sys.executable,
+        "args": [str(HOSTILE)],
+        "env": {"NOTES_DIR": str(notes_dir), "HOSTILE": mode},
         **extra,
     }
 

@@ -24,9 +24,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+import sys
+import sysconfig
 from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -98,6 +102,32 @@ class ServerConfig:
     def tool_name(self, server_name: str) -> str:
         """The name the model, the policy and the approvals see."""
         return self.prefix + server_name
+
+
+def resolve_command(command: str) -> str:
+    """The program a stdio server's `command:` starts. A path (it has a `/`) is used as it is;
+    a bare name is looked up on PATH, as a shell would, and then beside the running Python,
+    where pip puts the scripts of packages installed with Switchboard (`pip install
+    mcp-server-git` into the same virtualenv), so a service started as
+    `/opt/venv/bin/switchboard` finds them without an activated virtualenv. A name found in
+    neither is left as it is, and starting it fails with "command not found"."""
+    if os.sep in command or (os.altsep and os.altsep in command):
+        return command
+    for place in (None, *command_places()[1:]):
+        found = shutil.which(command, path=place)
+        if found:
+            return found
+    return command
+
+
+def command_places() -> list[str]:
+    """Where `resolve_command` looks, in order: PATH, then the running Python's script
+    folders (a virtualenv's `bin`)."""
+    places = ["PATH"]
+    for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        if folder and folder not in places:
+            places.append(folder)
+    return places
 
 
 def read_config(

@@ -7,6 +7,10 @@ is not a valid tool name, two sources with one name). Starting without a server'
 would silently drop tools the policy names, and a policy naming a tool that is not there
 is itself a start-up error. After start-up a server that dies costs only its own calls:
 they fail with a message the model reads while the session is reopened with backoff.
+
+Each server is listed twice at start-up and compared with the listing first recorded for
+the deployment (tools/mcp/pins.py): a server whose listing changed has all its tools
+registered as writes, except those `effects:` pins.
 """
 
 from __future__ import annotations
@@ -14,17 +18,24 @@ from __future__ import annotations
 import atexit
 import difflib
 import threading
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import redis
+import structlog
 
 from tools.exceptions import McpConfigError, McpServerError, ToolDefinitionError
 from tools.mcp.bridge import make_tool
 from tools.mcp.config import ServerConfig, read_config
 from tools.mcp.loop import EventLoopThread, shared_loop
+from tools.mcp.pins import SAME, Pins, Verdict, compare
 from tools.mcp.session import Connection
 from tools.registry import Tool, ToolRegistry, registry
 from tools.yaml_nodes import printable
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,7 @@ class ServerTools:
     config: ServerConfig
     connection: Connection
     tools: tuple[Tool, ...]
+    verdict: Verdict = SAME  # "differs": its listing changed, its tools are all writes
 
 
 class McpServers:
@@ -43,6 +55,7 @@ class McpServers:
         loop = loop or shared_loop()
         self.connections = {c.key: Connection(c, loop) for c in configs}
         self.servers: list[ServerTools] = []
+        self.pins: Pins | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> McpServers:
@@ -57,9 +70,10 @@ class McpServers:
             raise McpConfigError(f"{source}: cannot read the MCP servers file: {error}") from None
         return cls(read_config(text, source))
 
-    def connect(self) -> None:
+    def connect(self, pins: Pins | None = None) -> None:
         """Connect to every server (at once) and build their tools; McpServerError lists
-        every problem, and then no session stays open."""
+        every problem, and then no session stays open. With `pins`, each listing is checked
+        against the one recorded for the deployment (recorded now if there is none)."""
         problems: list[str] = []
         failed: set[str] = set()
         threads = [
@@ -70,8 +84,11 @@ class McpServers:
             thread.start()
         for thread in threads:
             thread.join()
+        self.pins = pins
         self.servers = [
-            self._tools_of(c, problems) for key, c in self.connections.items() if key not in failed
+            self._tools_of(c, problems, self._verdict(c, pins, problems))
+            for key, c in self.connections.items()
+            if key not in failed
         ]
         if problems:
             self.close()
@@ -107,9 +124,65 @@ class McpServers:
         for connection in self.connections.values():
             connection.close()
 
-    def _tools_of(self, connection: Connection, problems: list[str]) -> ServerTools:
+    def _guard(self, config: ServerConfig) -> Callable[[], str | None] | None:
+        """For the reads of a server this process believed: refuse them once another
+        process has found the server's listing changed (one Redis GET per call)."""
+        pins = self.pins
+        if pins is None:
+            return None
+
+        def changed() -> str | None:
+            try:
+                mark = pins.marked(config.key)
+            except redis.RedisError:
+                return "Switchboard cannot check that its MCP server is unchanged (Redis)"
+            if mark is None:
+                return None
+            return (
+                f"MCP server '{config.key}' has changed its tool listing since this process "
+                "started, so its reads wait until an operator accepts the change and "
+                "Switchboard restarts"
+            )
+
+        return changed
+
+    def _verdict(self, connection: Connection, pins: Pins | None, problems: list[str]) -> Verdict:
+        """Whether the server's listing stayed what it was (see tools/mcp/pins.py)."""
         config = connection.config
-        listed = {tool.name: tool for tool in connection.listing}
+        try:
+            again = connection.list_again()
+        except McpServerError as error:
+            problems.append(str(error))
+            return SAME
+        if pins is None:
+            verdict = compare(config.key, connection.listing, again)
+        else:
+            verdict = pins.check(config.key, connection.listing, again)
+        if verdict.differs:
+            log.warning(
+                "mcp_server_listing_changed",
+                server=config.key,
+                reason=verdict.reason,
+                tools=list(verdict.differing),
+                effect="every tool of the server is a write, except those `effects:` pins",
+                hint=f"switchboard tools accept {config.key}",
+            )
+        elif verdict.state == "recorded":
+            log.info("mcp_server_listing_recorded", server=config.key, tools=len(again))
+        return verdict
+
+    def _tools_of(
+        self, connection: Connection, problems: list[str], verdict: Verdict = SAME
+    ) -> ServerTools:
+        config = connection.config
+        twice = [name for name, n in Counter(t.name for t in connection.listing).items() if n > 1]
+        for name in twice[:5]:
+            problems.append(
+                f"{config.where}: it lists two tools named {printable(name[:80])!r}, so which "
+                "one a call reaches is not known; fix the server, or leave the tool out with "
+                "`tools:`"
+            )
+        listed = {tool.name: tool for tool in connection.listing if tool.name not in twice}
         for section, names in (("tools", config.tools or ()), ("effects", config.effects)):
             for name in names:
                 if name not in listed:
@@ -126,10 +199,18 @@ class McpServers:
             if name not in listed:
                 continue
             try:
-                made.append(make_tool(config, connection, listed[name]))
+                made.append(
+                    make_tool(
+                        config,
+                        connection,
+                        listed[name],
+                        all_writes=verdict.differs,
+                        guard=self._guard(config) if not verdict.differs else None,
+                    )
+                )
             except ToolDefinitionError as error:
                 problems.append(f"{config.where}: {error}")
-        return ServerTools(config, connection, tuple(made))
+        return ServerTools(config, connection, tuple(made), verdict)
 
 
 def _suggest(name: str, names: list[str]) -> str:
@@ -152,17 +233,20 @@ _loaded: dict[tuple[str, int], tuple[ToolRegistry, McpServers]] = {}
 _lock = threading.Lock()
 
 
-def load(path: str | Path, target: ToolRegistry | None = None) -> McpServers:
+def load(
+    path: str | Path, target: ToolRegistry | None = None, pins: Pins | None = None
+) -> McpServers:
     """Read SWITCHBOARD_MCP, connect to every server and register its tools in `target`
-    (default: the global registry). Once per file and registry in a process: loading it
-    again returns the same servers. Raises McpConfigError or McpServerError."""
+    (default: the global registry), each listing checked against `pins`. Once per file and
+    registry in a process: loading it again returns the same servers. Raises McpConfigError
+    or McpServerError."""
     target = target if target is not None else registry
     key = (str(Path(path).resolve()), id(target))
     with _lock:
         if key in _loaded:
             return _loaded[key][1]
         servers = McpServers.from_file(path)
-        servers.connect()
+        servers.connect(pins)
         try:
             servers.register(target)
         except McpServerError:

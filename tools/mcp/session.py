@@ -26,7 +26,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
 from tools.exceptions import McpServerError, ToolError, bounded
-from tools.mcp.config import ServerConfig
+from tools.mcp.config import ServerConfig, command_places, resolve_command
 from tools.mcp.loop import EventLoopThread
 from tools.yaml_nodes import printable
 
@@ -85,6 +85,11 @@ class Connection:
         except TimeoutError:  # the loop itself did not answer: the call's fate is not known
             raise ToolError(call.lost("it did not answer in time")) from None
 
+    def list_again(self) -> list[types.Tool]:
+        """List the server's tools once more on the open session (start-up asks twice, to
+        catch a server that says something different each time: tools/mcp/pins.py)."""
+        return self.loop.run(self._list_again(), timeout=self.config.connect_timeout + 5)
+
     def close(self, timeout: float = 5.0) -> None:
         if self.loop.alive:
             with contextlib.suppress(TimeoutError):
@@ -105,6 +110,20 @@ class Connection:
             f"{reason}; check its {'command' if fail_fast else 'url and headers'}, or remove "
             "the server"
         )
+
+    async def _list_again(self) -> list[types.Tool]:
+        client = self._client
+        try:
+            if client is None:
+                raise ConnectionError("the connection closed")
+            async with asyncio.timeout(self.config.connect_timeout):
+                return await _list_tools(client)
+        except (*_UNAVAILABLE, ValidationError, RuntimeError) as error:
+            raise McpServerError(
+                f"{self.config.where}: cannot list its tools a second time: "
+                f"{printable(describe(error, self.config))}; check that the server is stable, "
+                "or remove it"
+            ) from None
 
     async def _hold(self) -> None:
         delay = BACKOFF_FIRST
@@ -174,7 +193,7 @@ class Connection:
         config = self.config
         if config.command is not None:
             params = StdioServerParameters(
-                command=config.command,
+                command=resolve_command(config.command),
                 args=list(config.args),
                 env=dict(config.env) or None,
                 cwd=config.cwd,
@@ -348,7 +367,8 @@ def describe(error: BaseException, config: ServerConfig) -> str:
     """A failure to connect, in one line for the operator."""
     leaf = _leaf(error)
     if isinstance(leaf, FileNotFoundError) and config.command is not None:
-        return f"command not found: {bounded(config.command, 100)}"
+        places = " and ".join(command_places())
+        return f"command not found: {bounded(config.command, 100)} (looked in {places})"
     if isinstance(leaf, MCPError) and leaf.code == CONNECTION_CLOSED:
         if config.command is not None:
             return "the server closed the connection (its process exited; its output is above)"
