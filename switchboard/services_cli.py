@@ -243,13 +243,14 @@ def cmd_dev(config: Config, args: argparse.Namespace) -> int:
     missing = _missing_slack(config, http=False)
     if missing and not args.verbose:
         logs.configure(config.log_format, logging.ERROR)  # the console keeps the terminal
+    if not missing:  # before anything starts: a rejected token stops here, in one line
+        check_slack(config, http=False)
     rt = open_runtime(config)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
     workers = max(1, args.workers)
     if not missing:
-        check_slack(config, http=False)
         supervisor = Supervisor(child_env(rt, config))
         for n in range(workers):
             supervisor.start(f"worker-{n + 1}", ["worker"])

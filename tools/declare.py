@@ -14,7 +14,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar, get_args, get_origin, overload
+from typing import Annotated, Any, TypedDict, TypeVar, Unpack, get_args, get_origin, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic import ValidationError as PydanticValidationError
@@ -41,6 +41,38 @@ _PARAMETER_SECTIONS = frozenset({"args", "arguments", "params", "parameters"})
 _PARAMETER_LINE = re.compile(r"^\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
+class Options(TypedDict, total=False):
+    """How a tool runs, the same for every way of declaring one (`@tool`, `register_tool`,
+    `make_tool`). Left out, each is the `Tool` default: effect "write" (waits for an
+    approval; "read" runs at once), timeout 10 s, output_cap 8,000 characters, no
+    reconcile hook (for writes: what an idempotency key already produced)."""
+
+    effect: Effect
+    timeout: float
+    output_cap: int
+    reconcile: Reconcile | None
+
+
+def _tool(
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    handler: Handler,
+    options: Options,
+    normalizer: Normalizer | None = None,
+) -> Tool:
+    rest: dict[str, Any] = {key: value for key, value in options.items() if key != "effect"}
+    return Tool(
+        name=name,
+        description=description,
+        parameters=parameters,
+        handler=handler,
+        normalizer=normalizer,
+        effect=options.get("effect", "write"),
+        **rest,  # what is left out keeps Tool's default
+    )
+
+
 @overload
 def tool(func: F, /) -> F: ...
 
@@ -48,13 +80,10 @@ def tool(func: F, /) -> F: ...
 @overload
 def tool(
     *,
-    effect: Effect = "write",
-    timeout: float = 10.0,
-    output_cap: int = 8000,
     name: str | None = None,
     description: str | None = None,
-    reconcile: Reconcile | None = None,
     registry: ToolRegistry | None = None,
+    **options: Unpack[Options],
 ) -> Callable[[F], F]: ...
 
 
@@ -62,13 +91,10 @@ def tool(
     func: F | None = None,
     /,
     *,
-    effect: Effect = "write",
-    timeout: float = 10.0,
-    output_cap: int = 8000,
     name: str | None = None,
     description: str | None = None,
-    reconcile: Reconcile | None = None,
     registry: ToolRegistry | None = None,
+    **options: Unpack[Options],
 ) -> F | Callable[[F], F]:
     """Declare a typed function as a tool and register it (in `registry`, default global).
 
@@ -78,15 +104,7 @@ def tool(
     """
 
     def decorate(function: F) -> F:
-        declared = make_tool(
-            function,
-            effect=effect,
-            timeout=timeout,
-            output_cap=output_cap,
-            name=name,
-            description=description,
-            reconcile=reconcile,
-        )
+        declared = make_tool(function, name=name, description=description, **options)
         (registry if registry is not None else default_registry).register(declared)
         setattr(function, TOOL_ATTRIBUTE, declared)
         return function
@@ -110,11 +128,8 @@ def register_tool(
     description: str,
     parameters: dict[str, Any],
     handler: Handler,
-    effect: Effect = "write",
-    timeout: float = 10.0,
-    output_cap: int = 8000,
-    reconcile: Reconcile | None = None,
     registry: ToolRegistry | None = None,
+    **options: Unpack[Options],
 ) -> Tool:
     """Register a schema-first tool whose arguments are validated with jsonschema.
 
@@ -122,15 +137,12 @@ def register_tool(
     does not say, extra top-level properties are refused
     (`additionalProperties: false` is added).
     """
-    declared = Tool(
-        name=name,
-        description=_checked_description(name, description),
-        parameters=_schema_first_parameters(name, parameters),
-        effect=effect,
-        handler=handler,
-        timeout=timeout,
-        output_cap=output_cap,
-        reconcile=reconcile,
+    declared = _tool(
+        name,
+        _checked_description(name, description),
+        _schema_first_parameters(name, parameters),
+        handler,
+        options,
     )
     return (registry if registry is not None else default_registry).register(declared)
 
@@ -138,12 +150,9 @@ def register_tool(
 def make_tool(
     func: Callable[..., Any],
     *,
-    effect: Effect = "write",
-    timeout: float = 10.0,
-    output_cap: int = 8000,
     name: str | None = None,
     description: str | None = None,
-    reconcile: Reconcile | None = None,
+    **options: Unpack[Options],
 ) -> Tool:
     """Build (but do not register) the `Tool` for a typed function."""
     tool_name: str = name or str(getattr(func, "__name__", ""))
@@ -151,16 +160,13 @@ def make_tool(
     signature = _Signature.of(func, tool_name)
     model = signature.model(tool_name, parameter_docs)
     parameters = _model_schema(tool_name, model)
-    return Tool(
-        name=tool_name,
-        description=_checked_description(tool_name, description or summary),
-        parameters=parameters,
-        effect=effect,
-        handler=signature.handler(func, model, tool_name, parameters),
-        timeout=timeout,
-        output_cap=output_cap,
-        reconcile=reconcile,
-        normalizer=_normalizer(model, tool_name, parameters),
+    return _tool(
+        tool_name,
+        _checked_description(tool_name, description or summary),
+        parameters,
+        signature.handler(func, model, tool_name, parameters),
+        options,
+        _normalizer(model, tool_name, parameters),
     )
 
 
