@@ -37,12 +37,12 @@ def add_command(verbs: Any) -> None:
     p.add_argument("--user", help="only those this person may decide")
     p = sub.add_parser("show", help="one approval: tool, exact arguments, run, who may decide")
     p.set_defaults(handler=cmd_show)
-    p.add_argument("approval_id", metavar="ID")
+    p.add_argument("approval_id", metavar="ID", help="the approval's id (ap_..., from `list`)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     for action, verb in (("approve", "approve"), ("reject", "reject")):
         p = sub.add_parser(action, help=f"{verb} a pending call; its run goes on")
         p.set_defaults(handler=cmd_decide, approve=action == "approve")
-        p.add_argument("approval_id", metavar="ID")
+        p.add_argument("approval_id", metavar="ID", help="the approval's id (ap_..., from `list`)")
         p.add_argument(
             "--reason", default="", help="recorded with the decision; the model reads it"
         )

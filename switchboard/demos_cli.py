@@ -39,11 +39,20 @@ def add_commands(verbs: Any) -> None:
     p.add_argument("--candidates", action="store_true", help="only candidates awaiting review")
     p = sub.add_parser("add", help="promote a completed run to a candidate demonstration")
     p.set_defaults(handler=cmd_add)
-    p.add_argument("--from-run", required=True, metavar="RUN_ID")
+    p.add_argument(
+        "--from-run",
+        required=True,
+        metavar="RUN_ID",
+        help="a completed run whose tool calls succeeded (`switchboard runs list`)",
+    )
     p = sub.add_parser("review", help="accept or reject candidates (interactive without flags)")
     p.set_defaults(handler=cmd_review)
-    p.add_argument("--accept", metavar="ID", action="append", default=[])
-    p.add_argument("--reject", metavar="ID", action="append", default=[])
+    p.add_argument(
+        "--accept", metavar="ID", action="append", default=[], help="accept this candidate"
+    )
+    p.add_argument(
+        "--reject", metavar="ID", action="append", default=[], help="reject this candidate"
+    )
 
 
 def _help(parser: argparse.ArgumentParser) -> int:

@@ -59,11 +59,11 @@ def add_command(verbs: Any) -> None:
     p.add_argument("--until", metavar="T", help="runs created at or before T (default: now)")
     p = run_verbs.add_parser("show", help="a run's whole trajectory")
     p.set_defaults(handler=cmd_show)
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run's id (r..., from `runs list` or the run's thread)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = run_verbs.add_parser("cancel", help="cancel a run (as an operator)")
     p.set_defaults(handler=cmd_cancel)
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run's id (r..., from `runs list`)")
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

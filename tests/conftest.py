@@ -40,6 +40,24 @@ def redis_conn(redis_url: str) -> Iterator[redis.Redis]:
     conn.close()
 
 
+# What an operator may have set that would change what a `switchboard` command does in a test
+OPERATOR_SETTINGS = (
+    *("SWITCHBOARD_POLICY", "SWITCHBOARD_TOOLS", "SWITCHBOARD_MCP", "SWITCHBOARD_DEMOS"),
+    *("SWITCHBOARD_INSTRUCTIONS", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+)
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, tmp_path: Path) -> None:
+    """The environment of a `switchboard` command run in the test's process: the test's
+    Redis, a data folder of its own, none of the operator's settings, no .env file."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    for name in OPERATOR_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env file here
+
+
 @pytest.fixture(scope="session")
 def fake_openai() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as fake:

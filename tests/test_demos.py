@@ -37,10 +37,9 @@ FEE_SCRIPT = [
 
 
 @pytest.fixture
-def cli_env(monkeypatch, redis_url, model_server, tmp_path):
-    monkeypatch.setenv("REDIS_URL", redis_url)
+def cli_env(cli_env, monkeypatch, model_server):
+    """conftest's, with the fake model server as the configured one."""
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.url)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 def test_shipped_library_matches_the_tools():

@@ -14,14 +14,6 @@ from switchboard.cli import main
 CASES = Path(__file__).resolve().parent.parent / "eval" / "cases.yaml"
 
 
-@pytest.fixture
-def cli_env(monkeypatch, redis_url, tmp_path):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SWITCHBOARD_POLICY", "SWITCHBOARD_DEMOS"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def test_the_shipped_suite_has_fifty_cases_in_four_categories():
     suite = load(CASES)
     counts = {c: sum(1 for case in suite.cases if case.category == c) for c in CATEGORIES}

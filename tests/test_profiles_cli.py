@@ -27,18 +27,6 @@ profiles:
 
 
 @pytest.fixture
-def cli_env(monkeypatch, redis_url, tmp_path):
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    for name in (
-        *("SWITCHBOARD_POLICY", "SWITCHBOARD_TOOLS", "SWITCHBOARD_MCP", "SWITCHBOARD_DEMOS"),
-        *("OPENAI_API_KEY", "OPENAI_BASE_URL", "SWITCHBOARD_INSTRUCTIONS"),
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)  # no .env file here
-
-
-@pytest.fixture
 def policy(cli_env, monkeypatch, tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text(POLICY, encoding="utf-8")

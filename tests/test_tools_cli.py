@@ -30,18 +30,6 @@ tools:
 
 
 @pytest.fixture
-def cli_env(monkeypatch, tmp_path):
-    """No Redis and no model: listing tools needs neither."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    for name in (
-        *("SWITCHBOARD_POLICY", "SWITCHBOARD_TOOLS", "SWITCHBOARD_MCP"),
-        *("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)  # no .env file here
-
-
-@pytest.fixture
 def policy(cli_env, monkeypatch, tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text(POLICY, encoding="utf-8")

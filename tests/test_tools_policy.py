@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import tools.builtin
-from tests.support.access import may_decide
+from tests.support.access import lets_decide
 from tools.exceptions import PolicyError
 from tools.policy import Denial, Policy, ToolRule
 from tools.registry import ToolRegistry
@@ -204,15 +204,15 @@ def test_may_decide_matrix(
     )
     policy = Policy.load(write(tmp_path, MATRIX_POLICY), registry)
     roles = policy.roles_for(decider)
-    assert may_decide(policy, tool, requester, decider, roles) is expected
+    assert lets_decide(policy, tool, requester, decider, roles) is expected
 
 
 def test_everyone_as_approver_means_anyone_else(tmp_path: Path, registry: ToolRegistry) -> None:
     policy = Policy.load(
         write(tmp_path, "tools:\n  create_ticket: {approvers: [everyone]}\n"), registry
     )
-    assert may_decide(policy, "create_ticket", "U1", "U2", set())
-    assert not may_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
+    assert lets_decide(policy, "create_ticket", "U1", "U2", set())
+    assert not lets_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
 
 
 def test_approvers_text(policy: Policy, tmp_path: Path, registry: ToolRegistry) -> None:
@@ -238,8 +238,8 @@ def test_default_policy(registry: ToolRegistry) -> None:
     assert policy.rule("create_ticket") == ToolRule(
         allow=("everyone",), approvers=("requester",), self_approval=True, high_risk=False
     )
-    assert may_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
-    assert not may_decide(policy, "create_ticket", "U1", "U2", {"everyone"})
+    assert lets_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
+    assert not lets_decide(policy, "create_ticket", "U1", "U2", {"everyone"})
     assert policy.approvals_channel is None
     assert not Access(policy).may_administer({"everyone"})
     assert policy.authorize("close_ticket", {"everyone"}, {"ticket_id": 1}) is None

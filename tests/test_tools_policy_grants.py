@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tools.builtin
-from tests.support.access import may_decide
+from tests.support.access import lets_decide
 from tools import register_tool
 from tools.exceptions import PolicyError
 from tools.patterns import is_pattern, most_specific, pattern_matches, specificity
@@ -70,8 +70,8 @@ def test_a_tool_the_file_does_not_name_is_neither_offered_nor_authorized(
     assert policy.rule_source("create_ticket") is None
     assert policy.rule("create_ticket").allow == ()
     # nobody may approve a call of it either, and cards say why
-    assert not may_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
-    assert not may_decide(policy, "create_ticket", "U1", "U2", {"everyone"})
+    assert not lets_decide(policy, "create_ticket", "U1", "U1", {"everyone"})
+    assert not lets_decide(policy, "create_ticket", "U1", "U2", {"everyone"})
     assert policy.approvers_text("create_ticket") == "nobody (the policy grants it no rule)"
 
 
@@ -112,7 +112,7 @@ def test_defaults_grant_one_effect_to_every_tool_the_file_does_not_name(
     assert policy.rule_source("git_push") == "defaults.write"
     assert policy.lines["defaults.write"] == 4
     # the fields it leaves out are the built-in ones: the requester approves
-    assert may_decide(policy, "git_push", "U1", "U1", {"everyone"})
+    assert lets_decide(policy, "git_push", "U1", "U1", {"everyone"})
     assert policy.disabled_tools() == ["calculate", "search_tickets", "git_log", "git_status"]
 
 
@@ -121,7 +121,7 @@ def test_defaults_that_restrict_still_grant(registry: ToolRegistry) -> None:
         "roles: {support: [U0SUP]}\ndefaults:\n  write: {approvers: [support]}\n", registry
     )
     assert "git_push" not in policy.disabled_tools()
-    assert may_decide(policy, "git_push", "U1", "U0SUP", policy.roles_for("U0SUP"))
+    assert lets_decide(policy, "git_push", "U1", "U0SUP", policy.roles_for("U0SUP"))
     assert policy.authorize("git_push", set(), {}) is None  # allow comes from the built-ins
 
 

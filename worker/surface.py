@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
@@ -74,29 +75,34 @@ class Guarded:
         self.inner = inner
 
     def progress(self, run: Run, text: str) -> None:
-        self._call("progress", run, text)
+        self._guard("progress", run, lambda: self.inner.progress(run, text))
 
     def approval_requested(self, run: Run, request: ApprovalRequest, tool: Tool) -> None:
-        self._call("approval_requested", run, request, tool)
+        self._guard(
+            "approval_requested", run, lambda: self.inner.approval_requested(run, request, tool)
+        )
 
     def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
         """The writes one turn asked for, together (one alone as itself)."""
         if len(requests) == 1:
-            self._call("approval_requested", run, *requests[0])
+            self.approval_requested(run, *requests[0])
         elif requests:
-            self._call("approvals_requested", run, requests)
+            self._guard(
+                "approvals_requested", run, lambda: self.inner.approvals_requested(run, requests)
+            )
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
-        self._call("approval_resolved", run, request)
+        self._guard("approval_resolved", run, lambda: self.inner.approval_resolved(run, request))
 
     def approval_reminders(
         self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
     ) -> None:
         """The requests of one card, together: one DM per person, not one per request."""
-        try:
-            self.inner.approval_reminders(run, requests, escalated=escalated)
-        except Exception:  # as _call: the surface is someone else's system
-            log.exception("surface_failed", method="approval_reminders", run_id=run.id)
+        self._guard(
+            "approval_reminders",
+            run,
+            lambda: self.inner.approval_reminders(run, requests, escalated=escalated),
+        )
 
     def answer_stream(self, run: Run) -> TextSink | None:
         try:
@@ -107,11 +113,11 @@ class Guarded:
         return GuardedSink(sink, run.id) if sink is not None else None
 
     def finished(self, run: Run) -> None:
-        self._call("finished", run)
+        self._guard("finished", run, lambda: self.inner.finished(run))
 
-    def _call(self, method: str, run: Run, *args: object) -> None:
+    def _guard(self, method: str, run: Run, call: Callable[[], None]) -> None:
         try:
-            getattr(self.inner, method)(run, *args)
+            call()
         except Exception:  # a process boundary of sorts: the surface is someone else's system
             log.exception("surface_failed", method=method, run_id=run.id)
 

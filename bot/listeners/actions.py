@@ -23,8 +23,8 @@ from bot.listeners.base import (
     boundary,
     clicked,
     clicked_request,
-    may_not_decide,
     publish_home,
+    stop_unless_theirs,
     tell,
 )
 from bot.render import messages as m
@@ -73,7 +73,7 @@ def on_reject(
     if found is None:
         return
     who, request = found
-    if may_not_decide(client, who, request, sb):
+    if stop_unless_theirs(client, who, request, sb):
         return
     client.views_open(
         trigger_id=who.trigger_id, view=reject_modal(request, who.metadata(request.id))

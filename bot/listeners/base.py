@@ -160,7 +160,7 @@ def clicked_request(
     return who, request
 
 
-def may_not_decide(client: WebClient, who: Clicked, request: ApprovalRequest, sb: Bot) -> bool:
+def stop_unless_theirs(client: WebClient, who: Clicked, request: ApprovalRequest, sb: Bot) -> bool:
     """Before a decision's modal opens: tell the clicker when the request is decided
     already or is not theirs to decide (True: stop there)."""
     if request.decided:

@@ -18,7 +18,7 @@ from bot.listeners.base import (
     after_decision,
     boundary,
     clicked_request,
-    may_not_decide,
+    stop_unless_theirs,
     tell,
 )
 from bot.render import messages as m
@@ -50,7 +50,7 @@ def on_edit(
     if found is None:
         return
     who, request = found
-    if may_not_decide(client, who, request, sb):
+    if stop_unless_theirs(client, who, request, sb):
         return
     facts = approvals.facts(sb.rt, request)
     if facts.tool is None:

@@ -16,7 +16,7 @@ class Asked:
     escalated: bool = False
 
 
-def may_decide(
+def lets_decide(
     policy: Policy,
     tool: str,
     requester: str,
