@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,8 @@ import yaml
 
 from evals.cases import CATEGORIES, CaseError, load
 from switchboard.cli import main
+from tests.support.processes import MARK, describe, kill_marked, marked
+from tests.support.runtime import wait_until
 
 CASES = Path(__file__).resolve().parent.parent / "eval" / "cases.yaml"
 
@@ -107,3 +112,49 @@ def test_duplicate_questions_are_refused(tmp_path):
     path.write_text(yaml.safe_dump({"cases": [{"id": "a", **case}, {"id": "b", **case}]}))
     with pytest.raises(CaseError, match="duplicate case questions"):
         load(path)
+
+
+@pytest.mark.slow
+def test_eval_on_the_embedded_redis_leaves_no_process_running(tmp_path):
+    """`switchboard eval` with REDIS_URL unset starts the embedded Redis and, as every other
+    command, stops it when it ends (it used to stay up: its RQ worker's connection bore a
+    name that did not say which process held it)."""
+    cases = {
+        "cases": [
+            {
+                "id": "one",
+                "category": "direct",
+                "question": "Fee of SQL Basics?",
+                "script": [
+                    {"calls": [{"tool": "knowledge_lookup", "args": {"name": "SQL Basics"}}]},
+                    {"text": "It is INR 2499."},
+                ],
+                "expect": {"answer_contains": ["2499"]},
+            }
+        ]
+    }
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(cases))
+    data = tmp_path / "data"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SWITCHBOARD_", "OPENAI_", "REDIS_URL"))
+    }
+    env.update({"XDG_DATA_HOME": str(data), MARK: "eval-leaves-nothing"})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "switchboard", "eval", str(path), "--no-demos"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (data / "switchboard" / "appendonly.aof").exists()  # the embedded one ran
+        wait_until(lambda: not marked("eval-leaves-nothing", data), timeout=10, what="no leftover")
+    finally:
+        left = marked("eval-leaves-nothing", data)
+        kill_marked("eval-leaves-nothing", data)
+    assert left == [], describe(left)

@@ -20,6 +20,7 @@ recovered by the sweeper once their leases lapse. A second signal stops at once.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -118,12 +119,18 @@ class SlotWorker(SimpleWorker):
         return self.slot == 0 and bool(super().should_run_maintenance_tasks)
 
 
+# Workers made without a name (`switchboard eval`, tests: one burst at a time) are still named
+# HOST.PID.N, as slots are: RQ names its connection after its worker, and the embedded Redis
+# is stopped at exit only when it can tell every connection's process (switchboard/redisconn).
+_UNNAMED = itertools.count(10_000)
+
+
 def make_worker(rt: Runtime, slot: int = 0, name: str | None = None) -> SlotWorker:
     return SlotWorker(
         [rt.queue.name],  # built by RQ as a SlotQueue, the class it must be
         connection=rt.redis,
         serializer=JSONSerializer,
-        name=name,
+        name=name or f"{socket.gethostname()}.{os.getpid()}.{next(_UNNAMED)}",
         slot=slot,
         stopping=rt.stopping,
         queue_class=slot_queue_class(rt.stopping),
