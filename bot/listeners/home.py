@@ -19,7 +19,8 @@ def build_home(
     """`page`: of the requests waiting for this person."""
     mine = runs.recent(rt, user_id=user_id, limit=15)
     waiting = approvals.pending_for(rt, user_id, roles)
-    high_risk = frozenset(r.tool for r in waiting if approvals.facts(rt, r).high_risk)
+    one_per_tool = {r.tool: r for r in waiting}  # a tool is high-risk or not: ask once each
+    high_risk = frozenset(t for t, r in one_per_tool.items() if approvals.facts(rt, r).high_risk)
     if not Access.of(rt).may_administer(roles):
         return home_view(mine=mine, waiting=waiting, admin=False, high_risk=high_risk, page=page)
     spend = runs.spend_since(rt, start_of_day())
