@@ -161,7 +161,20 @@ def approval_expired(event: Event, offset: str) -> list[str]:
 
 
 def demos_selected(event: Event, offset: str) -> list[str]:
-    return [f"{offset}  demonstrations: {', '.join(event.data.get('demos', [])) or 'none'}"]
+    d = event.data
+    scores = d.get("scores")
+    scores = scores if isinstance(scores, dict) else {}
+    shown = [f"{i} {score(scores.get(i))}".strip() for i in d.get("demos", [])]
+    line = f"{offset}  demonstrations: {', '.join(shown) or 'none'}"
+    best = d.get("rejected")
+    if isinstance(best, dict):
+        line += f"; best left out: {best.get('id')} {score(best.get('score'))}: {best.get('why')}"
+    return [line]
+
+
+def score(value: Any) -> str:
+    """A selection score as `demos_selected` records it ("" for none: older logs)."""
+    return f"({value:.2f})" if isinstance(value, int | float) else ""
 
 
 def suspended(event: Event, offset: str) -> list[str]:

@@ -210,10 +210,10 @@ def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration
     if selector is None:
         return []
     if run.usage.steps == 0 and not run.demos:
-        demos = selector.select(run.question, allowed)
-        run.demos = [d.id for d in demos]
-        rt.events.append(run.id, EventKind.DEMOS_SELECTED, demos=run.demos)
-        return demos
+        selection = selector.choose(run.question, allowed)
+        run.demos = [d.id for d in selection.demos]
+        rt.events.append(run.id, EventKind.DEMOS_SELECTED, demos=run.demos, **selection.record())
+        return selection.demos
     return selector.lookup(run.demos)
 
 
