@@ -30,7 +30,7 @@ def test_invented_figures_prices_ids_and_names_are_each_flagged():
         ["How much is Django Fundamentals?"],
     )
     assert found.numbers == ["101", "39.99"]
-    assert found.identifiers == ["help@acme.example", "IT-4521", "ORD-2024-0042"]
+    assert found.identifiers == ["IT-4521", "ORD-2024-0042", "help@acme.example"]
     assert found.names == ["Amazon Web Services"]
     assert found.verdict == "ungrounded" and found.invented == found.numbers + found.identifiers
 

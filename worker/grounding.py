@@ -82,12 +82,17 @@ def check(answer: str, sources: Iterable[str]) -> Grounding:
     """Every fact in `answer` that none of `sources` has (see the module's docstring)."""
     answer = answer[:MAX_TEXT]
     known = Known(sources)
-    identifiers: list[str] = []
-    masked = answer
-    for start, end, written, found in _identifiers(answer, known):
-        masked = masked[:start] + " " * (end - start) + masked[end:]  # its digits are not figures
-        if not found and written not in identifiers:
-            identifiers.append(written)
+    identifiers: dict[str, None] = {}  # in the order found, once each
+    pieces: list[str] = []  # the answer with its identifiers blanked: their digits are no figures
+    at = 0
+    for start, end, written, found in sorted(_identifiers(answer, known)):
+        if start < at:
+            continue
+        pieces += [answer[at:start], " " * (end - start)]
+        at = end
+        if not found:
+            identifiers[written] = None
+    masked = "".join([*pieces, answer[at:]])
     flagged: list[str] = []
     for match in _NUMBER.finditer(masked):
         written = match.group(0)
@@ -102,9 +107,11 @@ def check(answer: str, sources: Iterable[str]) -> Grounding:
         found = value in known.numbers or abs(value) in known.numbers
         if not found and written not in flagged:
             flagged.append(written)
+            if len(flagged) >= MAX_FACTS:
+                break
     return Grounding(
-        numbers=flagged[:MAX_FACTS],
-        identifiers=identifiers[:MAX_FACTS],
+        numbers=flagged,
+        identifiers=list(identifiers)[:MAX_FACTS],
         names=list(itertools.islice(_names(answer, masked, known), MAX_FACTS)),
     )
 
@@ -122,13 +129,14 @@ class Known:
             budget -= len(source)
             texts.append(source)
             texts += _json_strings(source)  # the values of a JSON result, unescaped
-        self.texts = texts
         self.numbers: set[Decimal] = set()
         self.tokens: set[str] = set()
+        self.each: list[tuple[set[str], set[Decimal]]] = []  # per text: for keys such as IT-41
         for text in texts:
-            self.numbers |= numbers(text)
-            self.tokens |= {t.casefold() for t in _TOKEN.findall(text)}
-            self.tokens |= {e.casefold() for e in _EMAIL.findall(text)}
+            found, tokens = numbers(text), {t.casefold() for t in _TOKEN.findall(text)}
+            self.each.append((tokens, found))
+            self.numbers |= found
+            self.tokens |= tokens | {e.casefold() for e in _EMAIL.findall(text)}
         self.phrases = " \n ".join(_normal(t) for t in texts)
 
     def has_token(self, written: str) -> bool:
@@ -136,9 +144,8 @@ class Known:
 
     def has_key(self, prefix: str, number: str) -> bool:
         """IT-41 for ticket 41 of project IT: both in one source, as words."""
-        word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(prefix)}(?![A-Za-z0-9])", re.IGNORECASE)
-        value = _decimal(number)
-        return any(word.search(t) and value in numbers(t) for t in self.texts)
+        word, value = prefix.casefold(), _decimal(number)
+        return any(word in tokens and value in found for tokens, found in self.each)
 
     def has_phrase(self, phrase: str) -> bool:
         wanted = _normal(phrase)
@@ -150,16 +157,12 @@ class Known:
 
 def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, bool]]:
     """(start, end, as written, found in a source) of each identifier in `answer`."""
-    taken: list[tuple[int, int]] = []
     for match in _EMAIL.finditer(answer):
-        taken.append(match.span())
         yield *match.span(), match.group(0), known.has_token(match.group(0))
     for match in _REFERENCE.finditer(answer):
-        value = _decimal(match.group(1))
-        yield *match.span(), match.group(0), value in known.numbers
-    for match in _TOKEN.finditer(answer):
-        if any(s <= match.start() < e for s, e in taken):
-            continue
+        yield *match.span(), match.group(0), _decimal(match.group(1)) in known.numbers
+    without_emails = _EMAIL.sub(lambda m: " " * len(m.group(0)), answer)
+    for match in _TOKEN.finditer(without_emails):
         written = match.group(0)
         if not _is_identifier(written):
             continue

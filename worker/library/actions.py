@@ -4,11 +4,11 @@ when it was asked what a course costs (it copies what it is shown).
 
 The action of a tool is read from its name: the first known verb in it (`create_ticket`
 creates, `git_commit` commits, `cancel_order` cancels), else its first word
-(`frobnicate_widget` frobnicates). A question
-asks for it when it has one of the verb's words as written, in its plain form: "open a
-ticket", "please close ticket 23", "can you update the priority". Not: "I opened one
-yesterday" (past) or "any open tickets?" (a word that is a noun or an adjective as often,
-like "open", asks only when an article or a pronoun follows: "open a", "open me one").
+(`frobnicate_widget` frobnicates). A question asks for it when it has one of the verb's
+words as written, in its plain form: "open a ticket", "please close ticket 23", "can you
+update the priority". Not: "I opened one yesterday" (past) or "any open tickets?" (a word
+that is a noun or an adjective as often, like "open", asks only when an article or a
+pronoun follows: "open a", "open me one").
 """
 
 from __future__ import annotations
@@ -60,33 +60,12 @@ ACTIONS: dict[str, frozenset[str]] = {
 }
 # Words that are nouns or adjectives as often as verbs ("any open tickets?", "my order", "add
 # up"): they ask only when an article or a pronoun follows ("open a", "order me one").
-_AMBIGUOUS = frozenset(
-    ["open", "file", "log", "order", "post", "set", "book", "drop", "add", "make", "switch"]
+_AMBIGUOUS_WORDS = "open file log order post set book drop add make switch"
+_AMBIGUOUS = frozenset(_AMBIGUOUS_WORDS.split())
+_DETERMINER_WORDS = (
+    "a an the one me us him her them it this that these those another new my our your some"
 )
-_DETERMINERS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "one",
-        "me",
-        "us",
-        "him",
-        "her",
-        "them",
-        "it",
-        "this",
-        "that",
-        "these",
-        "those",
-        "another",
-        "new",
-        "my",
-        "our",
-        "your",
-        "some",
-    ]
-)
+_DETERMINERS = frozenset(_DETERMINER_WORDS.split())
 _WORD = re.compile(r"[a-z]+")
 _NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 
