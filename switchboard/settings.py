@@ -135,6 +135,12 @@ class Config(BaseSettings):
             raise ValueError(f"the database {db!r} is not a number")
         return value
 
+    @field_validator("model_temperature", "model_parallel_tool_calls", mode="before")
+    @classmethod
+    def _unset(cls, value: object) -> object:
+        """An empty value (`SWITCHBOARD_MODEL_TEMPERATURE=`) is unset: not sent."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("slack_signing_secret_previous")
     @classmethod
     def _previous_secrets(cls, value: str) -> str:

@@ -34,12 +34,14 @@ from tests.fakes._base import FakeServer, QuietHandler
 __all__ = [
     "FakeOpenAI",
     "Fault",
+    "Recorded",
     "Request",
     "Script",
     "ToolCall",
     "Turn",
     "conversation_key",
     "embed",
+    "load_recording",
 ]
 
 EMBEDDING_DIMENSIONS = 64
@@ -148,8 +150,35 @@ class Fault:
         return cls(delay=seconds)
 
 
-Reply = Turn | Fault
-TurnLike = str | Turn | Fault
+@dataclass(frozen=True)
+class Recorded:
+    """A real server's reply, served byte for byte (replay mode): `body` whole, or `chunks`
+    one HTTP chunk each (a stream, as the server sent it). Made by `load_recording` from a
+    file bench/record_server.py wrote (tests/recordings/); its headers are not replayed, but
+    the content type is."""
+
+    status: int = 200
+    content_type: str = "application/json"
+    body: bytes | None = None
+    chunks: tuple[bytes, ...] | None = None
+
+
+def load_recording(path: Any) -> tuple[dict[str, Any], Recorded]:
+    """(the recording's request summary, its reply) from a file of bench/record_server.py."""
+    with open(path, encoding="utf-8") as file:
+        data = json.load(file)
+    response = data["response"]
+    chunks = response.get("chunks")
+    return data["request"], Recorded(
+        status=int(response["status"]),
+        content_type=str(response["content_type"]),
+        body=response["body"].encode("utf-8") if response.get("body") is not None else None,
+        chunks=tuple(c.encode("utf-8") for c in chunks) if chunks is not None else None,
+    )
+
+
+Reply = Turn | Fault | Recorded
+TurnLike = str | Turn | Fault | Recorded
 
 
 def _as_reply(item: TurnLike) -> Reply:
@@ -660,7 +689,7 @@ class FakeOpenAI(FakeServer[Request]):
             chosen = default
         if chosen is None:
             return None, self._script_error(f"no script or route for conversation {key!r}")
-        if isinstance(chosen, (str, Turn, Fault)):
+        if isinstance(chosen, (str, Turn, Fault, Recorded)):
             return None, _as_reply(chosen)
         if not isinstance(chosen, Script):
             chosen = Script(chosen)
@@ -805,6 +834,9 @@ class _OpenAIHandler(QuietHandler):
         if isinstance(reply, str):
             self._error(500, error_body(reply, "fake_script_error"), {"x-should-retry": "false"})
             return
+        if isinstance(reply, Recorded):
+            self._replay(reply)
+            return
         if isinstance(reply, Fault):
             if not self._serve_fault(reply, body):
                 self._error(
@@ -843,6 +875,26 @@ class _OpenAIHandler(QuietHandler):
             )
         else:
             self.send_json(200, completion, {"x-request-id": self._request_id()})
+
+    def _replay(self, reply: Recorded) -> None:
+        """A recorded reply as the real server sent it: the body whole, or each recorded
+        chunk as one HTTP chunk, in order."""
+        if reply.chunks is None:
+            self.send_bytes(reply.status, reply.body or b"", reply.content_type)
+            return
+        self.responded = True
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in reply.chunks:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
 
     def _send_paced(
         self,
