@@ -4,6 +4,7 @@ errors that say what happened. Real Redis, RQ, the real openai client against Fa
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from pathlib import Path
@@ -310,3 +311,30 @@ def test_the_step_deadline_is_shared_by_its_attempts(model_server: FakeOpenAI) -
     with pytest.raises(ModelError, match=r"did not finish within [0-9.]+ s \([23] attempts\)"):
         client.complete([{"role": "user", "content": "slow"}], [], 2.0)
     assert time.monotonic() - started < 2.0 + 0.5
+
+
+def test_the_console_says_how_long_the_model_has_been_working_while_it_waits(
+    redis_conn, model_server: FakeOpenAI, tickets_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from switchboard import console as console_module
+
+    monkeypatch.setattr(console_module, "WAITING_EVERY", 0.3)
+    model_server.route("slow sum", [Turn("It is 5.", delay=1.5)])
+    rt = make_runtime(redis_conn, model_server.url)
+
+    def one_job() -> None:
+        wait_until(lambda: rt.queue.count > 0, 15.0, "the question to be queued")
+        work(rt)
+
+    worker = threading.Thread(target=one_job, daemon=True)
+    worker.start()
+    out = io.StringIO()
+    console = console_module.Console(rt, user_id="UCON", stdin=io.StringIO(), stdout=out)
+    assert console.ask_one("a slow sum: 2 + 3?")
+    worker.join(10.0)
+    lines = out.getvalue().splitlines()
+    asked = next(n for n, line in enumerate(lines) if "asking the model: step 1" in line)
+    waiting = [n for n, line in enumerate(lines) if "still waiting for the model: " in line]
+    answered = next(n for n, line in enumerate(lines) if "model step 1: stop" in line)
+    assert waiting and asked < waiting[0] < answered, lines
+    assert lines[waiting[0]].endswith("s of 10.0 s")

@@ -12,6 +12,7 @@ next worker's step starts again with its own.
 from __future__ import annotations
 
 import os
+import time
 
 from worker import metrics
 from worker.events import EventKind
@@ -45,6 +46,7 @@ class StepWatch:
         self.rt, self.run = rt, run
         self.step, self.timeout, self.max_tokens = step, timeout, max_tokens
         self.attempt, self.attempts = 1, 1
+        self.started = time.monotonic()
 
     def attempt_started(self, attempt: int, attempts: int) -> None:
         self.attempt, self.attempts = attempt, attempts
@@ -56,6 +58,7 @@ class StepWatch:
             attempts=attempts,
             deadline=round(self.timeout, 1),
             max_tokens=self.max_tokens,
+            elapsed=round(time.monotonic() - self.started, 3),  # since the step began
             pid=os.getpid(),
         )
         self.rt.events.flush(self.run.id)
