@@ -316,7 +316,7 @@ class ModelClient:
             return within(
                 left + DEADLINE_GRACE,
                 lambda: self._request(client, body, acc, read, deadline, started),
-                tick=watch.waiting if watch is not None else None,
+                tick=(lambda _: watch.waiting(time.monotonic() - started)) if watch else None,
                 every=self.watch_every,
             )
         except Overdue:

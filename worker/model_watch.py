@@ -62,6 +62,8 @@ class StepWatch:
             pid=os.getpid(),
         )
         self.rt.events.flush(self.run.id)
+        if attempt > 1:  # a retry: the status says so at once
+            self.waiting(time.monotonic() - self.started)
 
     def attempt_failed(
         self, attempt: int, attempts: int, error: ModelError, spent: Spent, seconds: float
@@ -83,7 +85,6 @@ class StepWatch:
             cost=round(cost, 8),
         )
         self.rt.events.flush(self.run.id)
-        self.waiting(seconds)
 
     def waiting(self, seconds: float) -> None:
         text = WAITING.format(
