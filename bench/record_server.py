@@ -31,6 +31,7 @@ from typing import Any
 import common  # noqa: F401  (puts the project root on sys.path)
 import httpx2
 
+from tests.support.runtime import KeptText
 from worker.model import ModelClient, ModelError, Sampling
 
 LOOKUP = {
@@ -102,23 +103,10 @@ class Recording(httpx2.BaseTransport):
         self.inner.close()
 
 
-class _Printed:
-    """A TextSink that keeps the streamed text (the recorder streams like the Slack surface)."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def text(self, delta: str) -> None:
-        self.parts.append(delta)
-
-    def reset(self) -> None:
-        self.parts.clear()
-
-
 def record(client: ModelClient, tap: Recording, name: str, server: str) -> dict[str, Any]:
     messages, tools, stream, max_tokens, tool_choice = CASES[name]
     client.sampling = Sampling(tokens_param="max_tokens", tool_choice=tool_choice)
-    sink = _Printed() if stream else None
+    sink = KeptText() if stream else None  # streamed as the Slack surface has it
     started = time.monotonic()
     try:
         turn = client.complete(messages, tools, 600.0, sink, max_tokens=max_tokens)

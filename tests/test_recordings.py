@@ -18,23 +18,11 @@ from typing import Any
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, Recorded, load_recording
+from tests.support.runtime import KeptText
 from worker.model import ModelClient, Sampling
 from worker.turns import ModelTurn
 
 RECORDINGS = sorted((Path(__file__).parent / "recordings").glob("*/*.json"))
-
-
-class Kept:
-    """A TextSink keeping the streamed answer text, as a surface would show it."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def text(self, delta: str) -> None:
-        self.parts.append(delta)
-
-    def reset(self) -> None:
-        self.parts.clear()
 
 
 @dataclasses.dataclass
@@ -99,7 +87,7 @@ def said_by(recorded: Recorded) -> Said:
     return said_whole(recorded.body)
 
 
-def ask(client: ModelClient, request: dict[str, Any], sink: Kept | None) -> ModelTurn:
+def ask(client: ModelClient, request: dict[str, Any], sink: KeptText | None) -> ModelTurn:
     client.sampling = Sampling(tool_choice=request.get("tool_choice") or "")
     tools = request["body"].get("tools") or []
     return client.complete(
@@ -128,7 +116,7 @@ def test_a_recorded_reply_of_a_real_server_passes_through_the_adapter_unchanged(
     request, recorded = load_recording(path)
     model_server.route(lambda body: recorded)
     client = ModelClient(model="replayed", api_key="k", base_url=model_server.url, max_retries=0)
-    sink = Kept() if request["stream"] else None
+    sink = KeptText() if request["stream"] else None
     turn = ask(client, request, sink)
     said = said_by(recorded)
     assert (turn.content or None) == (said.content or None)
@@ -162,5 +150,5 @@ def test_a_running_llama_server_answers_each_recorded_request_as_the_case_expect
         pytest.fail("set OPENAI_BASE_URL to a running llama-server (see bench/README.md)")
     request, _ = load_recording(path)
     client = ModelClient(model="local", api_key=None, base_url=base_url, max_retries=0)
-    sink = Kept() if request["stream"] else None
+    sink = KeptText() if request["stream"] else None
     shows_its_case(request["case"], ask(client, request, sink))

@@ -881,20 +881,8 @@ class _OpenAIHandler(QuietHandler):
         chunk as one HTTP chunk, in order."""
         if reply.chunks is None:
             self.send_bytes(reply.status, reply.body or b"", reply.content_type)
-            return
-        self.responded = True
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            for chunk in reply.chunks:
-                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
+        else:
+            self._send_paced(list(reply.chunks), 0.0, None, None, reply.status, reply.content_type)
 
     def _send_paced(
         self,
@@ -902,13 +890,15 @@ class _OpenAIHandler(QuietHandler):
         interval: float,
         cut_after: int | None,
         stall: tuple[int, float] | None = None,
+        status: int = 200,
+        content_type: str = "text/event-stream; charset=utf-8",
     ) -> None:
         """Each event in its own HTTP chunk, `interval` s apart, as a model writing tokens;
         the connection closes after `cut_after` events, if given; `stall` (after, seconds):
         nothing is sent for that long after that many events."""
         self.responded = True
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", self._request_id())
         self.end_headers()
