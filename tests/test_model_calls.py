@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bot.render.blocks import answer_messages
 from switchboard.render import event_line
@@ -101,6 +103,33 @@ def test_a_profiles_max_tokens_must_be_a_whole_number_and_the_error_names_its_li
     path.write_text(f"profiles:\n  dm:\n    max_tokens: {value}\n", encoding="utf-8")
     with pytest.raises(PolicyError, match=f"line 3.*max_tokens.*{problem}"):
         Policy.load(path, registry)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.one_of(
+        st.integers(-10, 2_000_000).map(str),
+        st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12),
+        st.sampled_from(["0x10", "1_000", "1e3", "+5", "[1]", "{a: 1}", "~", "''", "true"]),
+    )
+)
+def test_any_max_tokens_value_reads_as_a_bound_in_range_or_as_an_error_on_its_line(
+    value: str,
+) -> None:
+    from tools.exceptions import PolicyError
+    from tools.policy import Policy
+    from tools.registry import registry
+
+    text = "profiles:\n  dm:\n    max_tokens: " + value + "\n"  # as the operator typed it
+    try:
+        policy = Policy.parse(text, registry)
+    except PolicyError as exc:  # a bad value names its line; so does a YAML error
+        assert "line" in str(exc)
+        return
+    bound = policy.profiles["dm"].max_tokens
+    assert bound is None or 1 <= bound <= 1_000_000  # None: a YAML null, `max_tokens:` unset
+    if value.strip().isdigit():
+        assert bound == int(value)
 
 
 def test_the_knobs_are_sent_only_when_configured_and_the_tool_ones_only_with_tools(
