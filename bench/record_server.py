@@ -24,13 +24,13 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import common  # noqa: F401  (puts the project root on sys.path)
 import httpx2
 
+from tests.support.recording import Recording
 from tests.support.runtime import KeptText
 from worker.model import ModelClient, ModelError, Sampling
 
@@ -59,48 +59,6 @@ CASES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]], bool, int, st
     "length_whole": (QUESTION, [], False, 6, ""),
     "length_streamed": (QUESTION, [], True, 6, ""),
 }
-
-
-class _Tap(httpx2.SyncByteStream):
-    """Passes a response's bytes on unchanged and keeps each chunk as it came."""
-
-    def __init__(self, inner: httpx2.SyncByteStream, kept: list[bytes]) -> None:
-        self.inner, self.kept = inner, kept
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self.inner:
-            self.kept.append(bytes(chunk))
-            yield chunk
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class Recording(httpx2.BaseTransport):
-    """A transport that records the last response's status, content type and raw chunks."""
-
-    def __init__(self) -> None:
-        self.inner = httpx2.HTTPTransport()
-        self.status = 0
-        self.content_type = ""
-        self.chunks: list[bytes] = []
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = self.inner.handle_request(request)
-        self.status = response.status_code
-        self.content_type = response.headers.get("content-type", "")
-        self.chunks = []
-        assert isinstance(response.stream, httpx2.SyncByteStream)
-        return httpx2.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Tap(response.stream, self.chunks),
-            request=request,
-            extensions=response.extensions,
-        )
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def record(client: ModelClient, tap: Recording, name: str, server: str) -> dict[str, Any]:

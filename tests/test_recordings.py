@@ -15,9 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, Recorded, load_recording
+from tests.fakes.openai_server import FakeOpenAI, Recorded, Turn, load_recording
+from tests.support.recording import Recording
 from tests.support.runtime import KeptText
 from worker.model import ModelClient, Sampling
 from worker.turns import ModelTurn
@@ -138,6 +140,35 @@ def test_a_recorded_reply_of_a_real_server_passes_through_the_adapter_unchanged(
         sent["max_tokens"] == request["max_tokens"]
         and bool(sent.get("stream")) == request["stream"]
     )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_fake_replays_a_recorded_reply_byte_for_byte(
+    model_server: FakeOpenAI, stream: bool
+) -> None:
+    """The replay itself, on a reply the fake wrote (no real server's recording claimed):
+    what comes back on the wire is what was recorded, chunk for chunk, and reads the same."""
+    tap = Recording()
+    client = ModelClient(model="gpt-fake", api_key="k", base_url=model_server.url, max_retries=0)
+    client.client = client.client.with_options(http_client=httpx2.Client(transport=tap))
+    model_server.route(
+        lambda body: Turn("It is 5.", tool_calls=[("calculate", {"expression": "2+3"})])
+    )
+    question = [{"role": "user", "content": "2 + 3?"}]
+    first = client.complete(question, [], 10.0, KeptText() if stream else None, max_tokens=50)
+    chunks = list(tap.chunks)
+    recorded = Recorded(
+        content_type=tap.content_type,
+        body=None if stream else b"".join(chunks),
+        chunks=tuple(chunks) if stream else None,
+    )
+    model_server.reset()
+    model_server.route(lambda body: recorded)
+    again = client.complete(question, [], 10.0, KeptText() if stream else None, max_tokens=50)
+    assert b"".join(tap.chunks) == b"".join(chunks)
+    if stream:  # each recorded chunk one HTTP chunk: the client reads them as they were
+        assert len(tap.chunks) == len(chunks)
+    assert dataclasses.replace(again, seconds=0) == dataclasses.replace(first, seconds=0)
 
 
 @pytest.mark.llama_server
