@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field, field_validator
@@ -197,12 +198,14 @@ class Config(BaseSettings):
         return Path(self.demos) if self.demos else None
 
     @property
-    def tokens_param(self) -> str:
+    def tokens_param(self) -> Literal["max_tokens", "max_completion_tokens"]:
         """What the output bound is called in requests to the configured server."""
-        if self.model_tokens_param != "auto":
-            return self.model_tokens_param
+        if self.model_tokens_param == "max_tokens":
+            return "max_tokens"
         host = urlsplit(self.openai_base_url).hostname if self.openai_base_url else None
-        return "max_completion_tokens" if host in (None, OPENAI_HOST) else "max_tokens"
+        if self.model_tokens_param == "max_completion_tokens" or host in (None, OPENAI_HOST):
+            return "max_completion_tokens"
+        return "max_tokens"
 
     @property
     def has_model(self) -> bool:

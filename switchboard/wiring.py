@@ -195,7 +195,7 @@ def model_of(config: Config) -> ModelClient | None:
         max_retries=config.model_retries,
         read_timeout=config.model_read_timeout,
         sampling=Sampling(
-            tokens_param=config.tokens_param,  # type: ignore[arg-type]  # the setting's pattern
+            tokens_param=config.tokens_param,
             temperature=config.model_temperature,
             tool_choice=config.model_tool_choice,
             parallel_tool_calls=config.model_parallel_tool_calls,

@@ -110,7 +110,21 @@ def test_a_profiles_max_tokens_must_be_a_whole_number_and_the_error_names_its_li
     st.one_of(
         st.integers(-10, 2_000_000).map(str),
         st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12),
-        st.sampled_from(["0x10", "1_000", "1e3", "+5", "[1]", "{a: 1}", "~", "''", "true"]),
+        st.sampled_from(
+            [
+                "0x10",
+                "1_000",
+                "1e3",
+                "+5",
+                "[1]",
+                "{a: 1}",
+                "~",
+                "''",
+                "true",
+                "!!int ²",
+                "!!int 12",
+            ]
+        ),
     )
 )
 def test_any_max_tokens_value_reads_as_a_bound_in_range_or_as_an_error_on_its_line(

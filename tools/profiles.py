@@ -29,11 +29,17 @@ from typing import Any, Protocol
 import yaml
 
 from tools.registry import ToolRegistry
-from tools.yaml_nodes import STR, Invalid, is_null, suggest
+from tools.yaml_nodes import INT, STR, Invalid, is_null, suggest
 
 DM = "dm"  # the profile direct messages use
 PROFILE_KEYS = (
-    *("channels", "instructions", "instructions_file", "tools", "model", "max_tokens", "demos"),
+    "channels",
+    "instructions",
+    "instructions_file",
+    "tools",
+    "model",
+    "max_tokens",
+    "demos",
 )
 MAX_REPLY_TOKENS = 1_000_000  # a profile's `max_tokens`: more is a typo, not a model
 MAX_INSTRUCTIONS_CHARS = 16_000  # an operator's text, sent with every model call
@@ -42,7 +48,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _CHANNEL = re.compile(r"^[CGD][A-Z0-9]{2,}$")
 _MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")
 _GLOB_CHARS = frozenset("*?[")
-INT = "tag:yaml.org,2002:int"
 
 Node = yaml.Node
 
@@ -250,7 +255,8 @@ def _model(reader: _Reader, node: Node, where: str) -> str:
 
 def _max_tokens(reader: _Reader, node: Node, where: str) -> int:
     text = str(node.value) if isinstance(node, yaml.ScalarNode) and node.tag == INT else ""
-    if not text.isdigit() or not 1 <= int(text) <= MAX_REPLY_TOKENS:  # digits: no 0x, 1_000
+    digits = text.isascii() and text.isdigit()  # not 0x10, 1_000, +5, nor `!!int ²`
+    if not digits or not 1 <= int(text) <= MAX_REPLY_TOKENS:
         raise reader.invalid(
             node,
             f"{where}.max_tokens must be a whole number of tokens from 1 to "
