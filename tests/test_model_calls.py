@@ -21,6 +21,7 @@ from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
 from tests.support.redis_server import free_port
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until, work
 from worker import metrics, service
+from worker.library import Selector, TaskLibrary
 from worker.model import ModelClient, ModelError, Sampling
 from worker.run import Budgets, EndReason, Run, RunStatus
 from worker.surface import SilentSurface
@@ -246,8 +247,8 @@ def test_a_timed_out_attempt_and_its_retries_are_visible_while_the_step_still_ru
     redis_conn, model_server: FakeOpenAI, tickets_db
 ) -> None:
     """Two attempts find the server silent (given up after the 0.5 s read timeout); the third
-    is answered. Each start and failure is in the event log, and on the status, before the
-    step has ended."""
+    is answered. The demonstrations selected, each start and each failure are in the event
+    log, and the retry on the status, before the step has ended."""
     model_server.route(
         "silent twice", Script(["It is 5."], faults={0: [Fault.slow(3.0), Fault.slow(3.0)]})
     )
@@ -261,6 +262,7 @@ def test_a_timed_out_attempt_and_its_retries_are_visible_while_the_step_still_ru
     )
     assert isinstance(rt.model, ModelClient)
     rt.model.read_timeout, rt.model.watch_every = 0.5, 0.1
+    rt.demos = Selector(TaskLibrary(redis_conn), k=2)
     run = service.submit(rt, "silent twice, then 2 + 3", ALICE, origin={"surface": "watching"})
     worker = threading.Thread(target=work, args=(rt,), daemon=True)
     worker.start()
@@ -269,13 +271,14 @@ def test_a_timed_out_attempt_and_its_retries_are_visible_while_the_step_still_ru
         kinds = [
             (e.kind, e.data.get("attempt"))
             for e in rt.events.read(run.id)
-            if e.kind.startswith("model_")
+            if e.kind.startswith("model_") or e.kind == "demos_selected"
         ]
         return kinds if ("model_call_started", 2) in kinds else None
 
     during = wait_until(seen, 15.0, "the second attempt to be recorded")
     assert rt.store.load(run.id).status == RunStatus.RUNNING  # the step has not ended
-    assert during[:3] == [
+    assert during[:4] == [
+        ("demos_selected", None),  # written when the first attempt starts, not at the end
         ("model_call_started", 1),
         ("model_attempt_failed", 1),
         ("model_call_started", 2),
