@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import ModelError
+from worker.model import ModelError, Watch
 from worker.streaming import TextSink
 from worker.turns import ModelTurn, ProposedCall
 
@@ -88,6 +88,9 @@ class ScriptedModel:
         tools: list[dict[str, Any]],
         timeout: float,
         sink: TextSink | None = None,
+        *,
+        max_tokens: int | None = None,  # a script writes what it says, bounded or not
+        watch: Watch | None = None,  # nothing to wait for, nor to retry
     ) -> ModelTurn:
         question, step = question_of(messages).strip(), step_of(messages)
         script = self.scripts.get(question)

@@ -22,7 +22,7 @@ from switchboard import errors
 from switchboard.render import event_line, grounding_note, plain, when
 from switchboard.supervise import CONFIG_EXIT, Supervisor, last_line, live_workers
 from worker import service
-from worker.events import EventKind, is_run_end
+from worker.events import Event, EventKind, is_run_end
 from worker.run import Requester, Run
 from worker.runtime import Runtime
 from worker.service import Access, approvals, asking, runs
@@ -32,6 +32,10 @@ DECIDE_PROMPT = "approve? [y]es / [n]o [reason]: "
 LATER_PROMPT = "approve? [y]es / [n]o [reason] / [s]kip: "
 CHECK_WORKERS_AFTER = 3.0  # seconds without news before the console looks for a worker
 CONSOLE_GRACE = 3.0  # Ctrl-C: seconds for the worker to hand its runs back, then it stops
+WAITING_EVERY = 10.0  # seconds between "still waiting for the model" lines
+WAITING = "{offset}  still waiting for the model: {seconds:.0f} s of {deadline} s"
+# Events after which the model is no longer being asked (the attempt ended, one way or another)
+MODEL_ANSWERED = (EventKind.MODEL_CALL, EventKind.MODEL_ATTEMPT_FAILED, EventKind.MODEL_ERROR)
 
 
 def local_user() -> str:
@@ -119,6 +123,7 @@ class Console:
         self.workers = workers
         self.previous: Run | None = None
         self.following: str | None = None  # the run being watched
+        self.waiting_said = 0.0  # when it last said how long the model has been working
         self.asking: ApprovalRequest | None = None  # the decision being asked for
 
     def say(self, text: str) -> None:
@@ -224,18 +229,24 @@ class Console:
         self.following = run_id
         start = self._run(run_id).created_at
         quiet_since = time.monotonic()
+        asking: Event | None = None  # the model attempt in progress, if any
         while True:
             events = runs.wait_for_events(self.rt, run_id, after, block_ms=1000)
             if not events:
                 if time.monotonic() - quiet_since > CHECK_WORKERS_AFTER:
                     self.check_workers()
                     quiet_since = time.monotonic()
+                asking = self.still_asking(asking, start)
                 continue
             quiet_since = time.monotonic()
             for event in events:
                 after = event.id
                 for line in event_line(event, start):
                     self.say(line)
+                if event.kind == EventKind.MODEL_CALL_STARTED:
+                    asking, self.waiting_said = event, time.time()
+                elif event.kind in MODEL_ANSWERED or is_run_end(event.kind):
+                    asking = None
                 if event.kind == EventKind.SUSPENDED:  # the run waits: ask, one request at a time
                     for approval_id in event.data.get("approvals", []):
                         request = approvals.find(self.rt, approval_id)
@@ -253,6 +264,21 @@ class Console:
                     self.show_end(run)
                     self.following = None
                     return run
+
+    def still_asking(self, asking: Event | None, start: float) -> Event | None:
+        """Every WAITING_EVERY seconds of a model attempt, say how long it has taken."""
+        now = time.time()
+        if asking is not None and now - self.waiting_said >= WAITING_EVERY:
+            self.waiting_said = now
+            since = asking.at - (asking.data.get("elapsed") or 0.0)
+            self.say(
+                WAITING.format(
+                    offset=f"+{now - start:7.2f}s",
+                    seconds=now - since,
+                    deadline=asking.data.get("deadline"),
+                )
+            )
+        return asking
 
     def _run(self, run_id: str) -> Run:
         run = runs.find(self.rt, run_id)

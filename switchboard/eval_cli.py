@@ -26,12 +26,18 @@ from switchboard import logs
 from switchboard.redisconn import connect
 from switchboard.settings import Config
 from switchboard.verbs import help_of
-from switchboard.wiring import assemble_runtime, load_policy, load_tools, runtime_settings
+from switchboard.wiring import (
+    assemble_runtime,
+    load_policy,
+    load_tools,
+    model_of,
+    runtime_settings,
+)
 from tools.builtin.tickets import TicketStore
 from tools.policy import Policy
 from tools.registry import registry
 from worker import profiles, runtime
-from worker.model import Model, ModelClient
+from worker.model import Model
 from worker.process import make_worker
 from worker.runtime import Runtime
 
@@ -167,17 +173,12 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
 def _model(config: Config, suite: Suite, kind: str) -> Model:
     if kind == "scripted":
         return scripted_model(suite)
-    if not config.has_model:
+    model = model_of(config)  # as every process makes it: the same bounds and retries
+    if model is None:
         raise CaseError(
             "--model configured needs OPENAI_API_KEY or OPENAI_BASE_URL (see README.md)"
         )
-    return ModelClient(
-        model=config.model,
-        api_key=config.openai_api_key or None,
-        base_url=config.openai_base_url or None,
-        timeout=config.model_timeout,
-        max_retries=config.model_retries,
-    )
+    return model
 
 
 def _seed(path: Path, tickets: tuple[dict[str, Any], ...]) -> Path:

@@ -23,7 +23,7 @@ REASONS = {
     "length": "the model's reply was cut off",
     "content_filter": "the model's reply was filtered",
     "refused": "the model refused",
-    "model_error": "the model could not be reached or did not answer in time",
+    "model_error": "the model call failed",
     "internal_error": "an internal error stopped it",
 }
 
@@ -123,6 +123,34 @@ def model_call(event: Event, offset: str) -> list[str]:
         f"            → {c['name']}({short(c['arguments'], 300)})" for c in d.get("calls", [])
     ]
     return lines
+
+
+def model_call_started(event: Event, offset: str) -> list[str]:
+    d = event.data
+    attempt = (
+        f", attempt {d.get('attempt')} of {d.get('attempts')}" if d.get("attempt", 1) != 1 else ""
+    )
+    return [
+        f"{offset}  asking the model: step {d.get('step')}{attempt}, "
+        f"{d.get('deadline')} s for the step, at most {d.get('max_tokens')} tokens"
+    ]
+
+
+def model_attempt_failed(event: Event, offset: str) -> list[str]:
+    d = event.data
+    tokens = {
+        "reported": f"; {spent_tokens(d)} tokens",
+        "estimated": f"; about {spent_tokens(d)} tokens (estimated from what it streamed)",
+        "unknown": "; tokens unknown (the server never said)",
+    }.get(str(d.get("tokens")), "")
+    return [
+        f"{offset}  model attempt {d.get('attempt')} of {d.get('attempts')} failed after "
+        f"{float(d.get('seconds') or 0):.1f}s: {short(d.get('error'), 300)}{tokens}"
+    ]
+
+
+def spent_tokens(data: dict[str, Any]) -> int:
+    return int(data.get("prompt_tokens") or 0) + int(data.get("completion_tokens") or 0)
 
 
 def tool_result(event: Event, offset: str) -> list[str]:
@@ -234,6 +262,8 @@ GENERIC = GENERIC_KINDS
 RENDERERS: dict[str, Render] = {
     K.RUN_CREATED: asked,
     K.MODEL_CALL: model_call,
+    K.MODEL_CALL_STARTED: model_call_started,
+    K.MODEL_ATTEMPT_FAILED: model_attempt_failed,
     K.TOOL_RESULT: tool_result,
     K.TOOL_DENIED: tool_denied,
     K.TOOL_INVALID: tool_invalid,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+OPENAI_HOST = "api.openai.com"
 # How .env.example (and the README) write a value left to fill in: `xoxb-...`, `xapp-…`.
 # No real Slack token or secret ends so; one that does is a copied example, not a typo.
 PLACEHOLDER_ENDINGS = ("...", "…")
@@ -87,8 +89,31 @@ class Config(BaseSettings):
     sweep_seconds: float = Field(5.0, alias="SWITCHBOARD_SWEEP_SECONDS", gt=0, le=600)
     approval_ttl: float = Field(24 * 3600.0, alias="SWITCHBOARD_APPROVAL_TTL", gt=0)
     retention_days: float = Field(30.0, alias="SWITCHBOARD_RETENTION_DAYS", gt=0)
+    # One model step's deadline, its attempts together (the first and the retries); a retry
+    # is made only while time is left. A read timeout (0: the step's deadline) gives up on an
+    # attempt whose server has gone quiet for that long, so a retry still has time.
     model_timeout: float = Field(60.0, alias="SWITCHBOARD_MODEL_TIMEOUT", gt=0, le=600)
     model_retries: int = Field(2, alias="SWITCHBOARD_MODEL_RETRIES", ge=0, le=10)
+    model_read_timeout: float = Field(0.0, alias="SWITCHBOARD_MODEL_READ_TIMEOUT", ge=0, le=600)
+    # Every model request carries an output bound: this, a profile's `max_tokens`, and never
+    # more than the run's token budget has left. OpenAI's newer models want the bound named
+    # `max_completion_tokens`, most other servers `max_tokens`; `auto` sends the first to
+    # OpenAI (no OPENAI_BASE_URL, or api.openai.com) and the second to anything else.
+    model_max_tokens: int = Field(2048, alias="SWITCHBOARD_MODEL_MAX_TOKENS", ge=1, le=1_000_000)
+    model_tokens_param: str = Field(
+        "auto",
+        alias="SWITCHBOARD_MODEL_TOKENS_PARAM",
+        pattern="^(auto|max_tokens|max_completion_tokens)$",
+    )
+    # Sent only when set (unset: the server's default); tool_choice and parallel_tool_calls
+    # only with requests that offer tools.
+    model_temperature: float | None = Field(None, alias="SWITCHBOARD_MODEL_TEMPERATURE", ge=0, le=2)
+    model_tool_choice: str = Field(
+        "", alias="SWITCHBOARD_MODEL_TOOL_CHOICE", pattern="^(|auto|required|none)$"
+    )
+    model_parallel_tool_calls: bool | None = Field(
+        None, alias="SWITCHBOARD_MODEL_PARALLEL_TOOL_CALLS"
+    )
     max_steps: int = Field(8, alias="SWITCHBOARD_MAX_STEPS", ge=1, le=100)
     deadline_seconds: float = Field(300.0, alias="SWITCHBOARD_DEADLINE_SECONDS", gt=0, le=3600)
     max_tokens: int = Field(100_000, alias="SWITCHBOARD_MAX_TOKENS", ge=1)
@@ -112,6 +137,12 @@ class Config(BaseSettings):
         if db and not db.isdigit():
             raise ValueError(f"the database {db!r} is not a number")
         return value
+
+    @field_validator("model_temperature", "model_parallel_tool_calls", mode="before")
+    @classmethod
+    def _unset(cls, value: object) -> object:
+        """An empty value (`SWITCHBOARD_MODEL_TEMPERATURE=`) is unset: not sent."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("slack_signing_secret_previous")
     @classmethod
@@ -167,6 +198,16 @@ class Config(BaseSettings):
     @property
     def demos_path(self) -> Path | None:
         return Path(self.demos) if self.demos else None
+
+    @property
+    def tokens_param(self) -> Literal["max_tokens", "max_completion_tokens"]:
+        """What the output bound is called in requests to the configured server."""
+        if self.model_tokens_param == "max_tokens":
+            return "max_tokens"
+        host = urlsplit(self.openai_base_url).hostname if self.openai_base_url else None
+        if self.model_tokens_param == "max_completion_tokens" or host in (None, OPENAI_HOST):
+            return "max_completion_tokens"
+        return "max_tokens"
 
     @property
     def has_model(self) -> bool:

@@ -18,7 +18,7 @@ from worker.budgets import PriceTable
 from worker.keys import Keys
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
-from worker.model import Model, ModelClient
+from worker.model import Model, ModelClient, Sampling
 from worker.policy_watch import PolicyWatcher
 from worker.profiles import load_instructions
 from worker.run import Budgets
@@ -138,6 +138,7 @@ def runtime_settings(config: Config) -> Settings:
         retention=int(config.retention_days * 86400),
         model_timeout=config.model_timeout,
         model_retries=config.model_retries,
+        model_max_tokens=config.model_max_tokens,
         demos_as_text=config.demos_as == "text",
         instructions=load_instructions(Path(config.instructions)) if config.instructions else "",
         stream_answers=config.stream_answers,
@@ -192,6 +193,13 @@ def model_of(config: Config) -> ModelClient | None:
         base_url=config.openai_base_url or None,
         timeout=config.model_timeout,
         max_retries=config.model_retries,
+        read_timeout=config.model_read_timeout,
+        sampling=Sampling(
+            tokens_param=config.tokens_param,
+            temperature=config.model_temperature,
+            tool_choice=config.model_tool_choice,
+            parallel_tool_calls=config.model_parallel_tool_calls,
+        ),
     )
 
 

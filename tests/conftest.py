@@ -21,6 +21,17 @@ from tests.support.redis_server import RedisServer
 os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `llama_server` need a real model server: they run only when `-m` names
+    the marker (`pytest -m llama_server`), never with the rest (`pytest`, `-m "not slow"`)."""
+    if "llama_server" in (config.getoption("markexpr") or ""):
+        return
+    deselected = [item for item in items if "llama_server" in item.keywords]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if "llama_server" not in item.keywords]
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """REDIS_URL when set (a disposable test database: it is flushed), else a private server."""

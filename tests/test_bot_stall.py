@@ -57,13 +57,13 @@ def test_a_model_that_stalls_mid_stream_ends_the_step_at_its_deadline_and_says_s
     ended = env.rt.store.load(run.id)
     assert ended.status == RunStatus.PARTIAL
     assert ended.reason in (EndReason.DEADLINE, EndReason.MODEL_ERROR)
-    assert f"did not answer within {DEADLINE:.0f} s" in " ".join(
+    assert f"did not finish within {DEADLINE:.0f} s (1 attempt)" in " ".join(
         str(e.data.get("error")) for e in env.rt.events.read(run.id) if e.kind == "model_error"
     )
     assert took < DEADLINE + SLACK, f"the step took {took:.1f} s for a {DEADLINE:.0f} s deadline"
     told = answer_posts(env, thread_ts)
     assert "I stopped before finishing" in told
-    assert f"the model did not answer within {DEADLINE:.0f} s" in told
+    assert f"the model did not finish within {DEADLINE:.0f} s (1 attempt)" in told
 
 
 def test_a_stream_that_never_starts_or_sends_nothing_after_its_headers_ends_at_the_deadline(

@@ -51,6 +51,25 @@ SAMPLES: dict[EventKind, dict[str, Any]] = {
     EventKind.ROLES_CHANGED: {"before": ["staff", "it-admins"], "after": ["staff"]},
     EventKind.POLICY_CHANGED: {"before": "0123456789ab", "after": "ba9876543210"},
     EventKind.MODEL_ERROR: {"error": "HTTP 503 from the model server", "timeout": 30.0},
+    EventKind.MODEL_CALL_STARTED: {
+        "step": 1,
+        "attempt": 2,
+        "attempts": 3,
+        "deadline": 60.0,
+        "max_tokens": 2048,
+    },
+    EventKind.MODEL_ATTEMPT_FAILED: {
+        "step": 1,
+        "attempt": 1,
+        "attempts": 3,
+        "error_kind": "timeout",
+        "error": "the model sent nothing for 20 s",
+        "seconds": 20.0,
+        "prompt_tokens": 310,
+        "completion_tokens": 95,
+        "tokens": "estimated",
+        "cost": 0.0,
+    },
     EventKind.UNGROUNDED_NUMBERS: {"numbers": ["5000", "12.5"]},
     EventKind.UNGROUNDED_FACTS: {
         "numbers": ["39.99"],
@@ -207,6 +226,11 @@ def test_both_surfaces_show_the_details_of_what_the_other_shows() -> None:
     for kind in (EventKind.WRITE_RECONCILED, EventKind.WRITE_UNKNOWN):
         assert "*create_ticket*" in says[kind] and "create_ticket (ap_1)" in prints[kind]
     assert "outcome is unknown" in says[EventKind.WRITE_UNKNOWN]
+    for shown in (says, prints):  # a retry, and what the failed attempt cost, and how known
+        assert "attempt 2 of 3" in shown[EventKind.MODEL_CALL_STARTED]
+        failed = shown[EventKind.MODEL_ATTEMPT_FAILED]
+        assert "attempt 1 of 3 failed" in failed and "sent nothing for 20 s" in failed
+        assert "about 405 tokens" in failed and "estimated" in failed
     assert prints[EventKind.CANCEL_REQUESTED].endswith("cancel requested by UALICE")
     assert "<@UALICE> asked to cancel" in says[EventKind.CANCEL_REQUESTED]
     assert prints[EventKind.DEMO_CANDIDATE_SAVED].endswith(

@@ -281,7 +281,7 @@ def test_model_call_timeout_is_bounded(redis_conn, model_server, tickets_db):
     work(rt)
     run = rt.store.load(run.id)
     assert (run.status, run.reason) == (RunStatus.PARTIAL, EndReason.MODEL_ERROR)
-    assert "did not answer" in run.detail
+    assert "did not finish within" in run.detail
 
 
 def test_unknown_schema_version_fails_fast(redis_conn, model_server):

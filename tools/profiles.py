@@ -7,6 +7,7 @@
           You are Acme's IT help desk.
         tools: [create_ticket, "git_*"]
         model: gpt-4.1
+        max_tokens: 1024              # the bound on one reply (SWITCHBOARD_MODEL_MAX_TOKENS)
         demos: it-demos.yaml
 
 A profile only narrows: `tools` picks among the tools the asking user may call, it grants
@@ -28,10 +29,19 @@ from typing import Any, Protocol
 import yaml
 
 from tools.registry import ToolRegistry
-from tools.yaml_nodes import STR, Invalid, is_null, suggest
+from tools.yaml_nodes import INT, STR, Invalid, is_null, suggest
 
 DM = "dm"  # the profile direct messages use
-PROFILE_KEYS = ("channels", "instructions", "instructions_file", "tools", "model", "demos")
+PROFILE_KEYS = (
+    "channels",
+    "instructions",
+    "instructions_file",
+    "tools",
+    "model",
+    "max_tokens",
+    "demos",
+)
+MAX_REPLY_TOKENS = 1_000_000  # a profile's `max_tokens`: more is a typo, not a model
 MAX_INSTRUCTIONS_CHARS = 16_000  # an operator's text, sent with every model call
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -52,6 +62,7 @@ class Profile:
     instructions: str = ""
     tools: tuple[str, ...] | None = None  # tool names and shell-style patterns
     model: str | None = None
+    max_tokens: int | None = None  # the bound on one reply; None: SWITCHBOARD_MODEL_MAX_TOKENS
     demos: Path | None = None
     demos_line: int = 0  # where `demos:` is, for problems found in that file
 
@@ -71,6 +82,7 @@ class Profile:
             "instructions": self.instructions,
             "tools": None if self.tools is None else list(self.tools),
             "model": self.model,
+            "max_tokens": self.max_tokens,
             "demos": str(self.demos) if self.demos else None,
         }
 
@@ -141,6 +153,8 @@ def _profile(
                 fields["tools"] = _tools(reader, value, where)
             elif field == "model":
                 fields["model"] = _model(reader, value, where)
+            elif field == "max_tokens":
+                fields["max_tokens"] = _max_tokens(reader, value, where)
             elif field == "demos":
                 fields["demos"] = _file(reader, value, f"{where}.demos", folder)
                 fields["demos_line"] = value.start_mark.line + 1
@@ -237,6 +251,18 @@ def _model(reader: _Reader, node: Node, where: str) -> str:
     if not _MODEL.match(model):
         raise reader.invalid(node, f"{where}.model: {model!r} is not a model name")
     return model
+
+
+def _max_tokens(reader: _Reader, node: Node, where: str) -> int:
+    text = str(node.value) if isinstance(node, yaml.ScalarNode) and node.tag == INT else ""
+    digits = text.isascii() and text.isdigit()  # not 0x10, 1_000, +5, nor `!!int ²`
+    if not digits or not 1 <= int(text) <= MAX_REPLY_TOKENS:
+        raise reader.invalid(
+            node,
+            f"{where}.max_tokens must be a whole number of tokens from 1 to "
+            f"{MAX_REPLY_TOKENS:,}, e.g. 1024",
+        )
+    return int(text)
 
 
 class InstructionsTooLong(ValueError):

@@ -12,6 +12,7 @@ import yaml
 
 Node = yaml.Node
 STR, BOOL, NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+INT = "tag:yaml.org,2002:int"
 
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")

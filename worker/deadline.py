@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -48,9 +49,17 @@ class CutOffSink:
             self._cut = True
 
 
-def within(seconds: float, call: Callable[[], T]) -> T:
+def within(
+    seconds: float,
+    call: Callable[[], T],
+    *,
+    tick: Callable[[float], None] | None = None,
+    every: float = 5.0,
+) -> T:
     """`call()`'s result or exception, if it comes within `seconds`; else Overdue. The call
-    runs in a daemon thread with the caller's context (the log lines keep the run id)."""
+    runs in a daemon thread with the caller's context (the log lines keep the run id). While
+    it runs, `tick(seconds so far)` is called in the caller's thread every `every` seconds
+    (so a surface can say how long the call has taken)."""
     done = threading.Event()
     outcome: list[T] = []
     failure: list[BaseException] = []
@@ -64,9 +73,16 @@ def within(seconds: float, call: Callable[[], T]) -> T:
         finally:
             done.set()
 
+    started = time.monotonic()
     threading.Thread(target=run, name="model-call", daemon=True).start()
-    if not done.wait(seconds):
-        raise Overdue(f"not done within {seconds:.1f} s")
+    while True:
+        left = seconds - (time.monotonic() - started)
+        if done.wait(max(0.0, min(left, every) if tick is not None else left)):
+            break
+        if time.monotonic() - started >= seconds:
+            raise Overdue(f"not done within {seconds:.1f} s")
+        if tick is not None:
+            tick(time.monotonic() - started)
     if failure:
         raise failure[0]
     return outcome[0]

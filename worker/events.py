@@ -44,6 +44,9 @@ class EventKind(StrEnum):
     UNGROUNDED_NUMBERS = "ungrounded_numbers"  # its older form (numbers only), in older logs
     DEMOS_SELECTED = "demos_selected"
     MODEL_CALL = "model_call"
+    # worker/model_watch.py, written as they happen (not with the step's save)
+    MODEL_CALL_STARTED = "model_call_started"
+    MODEL_ATTEMPT_FAILED = "model_attempt_failed"
     TOOL_INVALID = "tool_invalid"
     REPEATED_CALL = "repeated_call"
     TOOL_DENIED = "tool_denied"

@@ -26,6 +26,7 @@ from worker.budgets import exhausted
 from worker.events import EventKind
 from worker.library import Demonstration
 from worker.model import ModelError, ModelTurn
+from worker.model_watch import StepWatch, charge
 from worker.prompt import build_messages
 from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
@@ -145,18 +146,23 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     specs = [tool.openai_spec() for tool in rt.registry if tool.name in allowed]
     remaining = run.budgets.deadline_seconds - clock.total()
     timeout = max(1.0, min(rt.settings.model_timeout, remaining))
+    # the reply's bound: the profile's or the setting, within what the token budget has left
+    left = run.budgets.max_tokens - run.usage.tokens  # at least 1: `exhausted` checked it
+    max_tokens = max(1, min(profiles.max_tokens(rt, run), left))
     over = rt.limits.begin_call(run.requester.user_id, run.id)  # the person's day, all runs
     if over is not None:
         return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     rt.surface(run).progress(
         run, f"Thinking (step {run.usage.steps + 1} of {run.budgets.max_steps})"
     )
+    watch = StepWatch(rt, run, step=run.usage.steps + 1, timeout=timeout, max_tokens=max_tokens)
     try:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
         sink = rt.surface(run).answer_stream(run) if rt.settings.stream_answers else None
-        turn = model.complete(messages, specs, timeout, sink)
+        turn = model.complete(messages, specs, timeout, sink, max_tokens=max_tokens, watch=watch)
         record_usage(rt, run, turn)  # spent before the call stops counting as in flight
     except ModelError as exc:
+        run.usage.steps += 1  # a step was made; what its attempts cost is charged (watch)
         rt.events.append(run.id, EventKind.MODEL_ERROR, error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:
             return Finish(
@@ -170,7 +176,12 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
             RunStatus.PARTIAL, EndReason.REFUSED, f"the model refused: {turn.refusal[:500]}"
         )
     if turn.finish_reason == "length":
-        return Finish(RunStatus.PARTIAL, EndReason.LENGTH, "the model's reply was cut off (length)")
+        return Finish(  # the reason says "cut off" already: the detail says where
+            RunStatus.PARTIAL,
+            EndReason.LENGTH,
+            f"finish_reason length after {turn.completion_tokens} tokens; this step allowed "
+            f"{max_tokens}",
+        )
     if turn.finish_reason == "content_filter":
         return Finish(
             RunStatus.PARTIAL,
@@ -220,13 +231,8 @@ def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration
 def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
     usage = run.usage
     usage.steps += 1
-    usage.prompt_tokens += turn.prompt_tokens
-    usage.completion_tokens += turn.completion_tokens
-    cost = rt.prices.cost(run.model, turn.prompt_tokens, turn.completion_tokens)
-    usage.cost = round(usage.cost + cost, 8)
-    metrics.model_called(turn, cost)
-    if rt.settings.limits.cost_per_day:
-        rt.limits.spend(run.requester.user_id, cost)
+    cost = charge(rt, run, turn.prompt_tokens, turn.completion_tokens)
+    metrics.model_called(turn)
     rt.events.append(
         run.id,
         EventKind.MODEL_CALL,

@@ -83,7 +83,20 @@ MODEL_ERRORS = Counter(
     "rate_limited (429).",
     ["kind"],
 )
-TOKENS = Counter("switchboard_model_tokens", "Tokens the model read and wrote.", ["kind"])
+TOKENS = Counter(
+    "switchboard_model_tokens",
+    "Tokens the model read and wrote, attempts that failed included (as reported, or "
+    "estimated from what they streamed: see switchboard_model_attempts_failed_total).",
+    ["kind"],
+)
+SPENT_KINDS = ("reported", "estimated", "unknown", "none")
+MODEL_ATTEMPTS_FAILED = Counter(
+    "switchboard_model_attempts_failed",
+    "Model attempts that failed (each retry is one), by what is known of the tokens they "
+    "cost: reported by the server, estimated from what they streamed, unknown (an answer "
+    "sent whole that never came), none (the connection failed, or the server answered an error).",
+    ["tokens"],
+)
 COST = Counter("switchboard_cost_usd", "Model spend, by the price table (USD per 1M tokens).")
 TOOL_CALLS = Counter(
     "switchboard_tool_calls",
@@ -120,16 +133,26 @@ for _kind in TOKEN_KINDS:
     TOKENS.labels(_kind)
 for _kind in MODEL_ERROR_KINDS:
     MODEL_ERRORS.labels(_kind)
+for _kind in SPENT_KINDS:
+    MODEL_ATTEMPTS_FAILED.labels(_kind)
 
 
 # --- recording (one call from each place that knows) -------------------------------------------
 
 
-def model_called(turn: ModelTurn, cost: float) -> None:
+def model_called(turn: ModelTurn) -> None:
+    """An answered model call (its tokens: `tokens_spent`)."""
     MODEL_CALL.observe(max(0.0, turn.seconds))
-    TOKENS.labels("prompt").inc(max(0, turn.prompt_tokens))
-    TOKENS.labels("completion").inc(max(0, turn.completion_tokens))
+
+
+def tokens_spent(prompt_tokens: int, completion_tokens: int, cost: float) -> None:
+    TOKENS.labels("prompt").inc(max(0, prompt_tokens))
+    TOKENS.labels("completion").inc(max(0, completion_tokens))
     COST.inc(max(0.0, cost))
+
+
+def attempt_failed(tokens: str) -> None:
+    MODEL_ATTEMPTS_FAILED.labels(tokens if tokens in SPENT_KINDS else "unknown").inc()
 
 
 def model_failed(kind: str) -> None:
@@ -327,12 +350,14 @@ __all__ = [
     "MetricsPortError",
     "MetricsServer",
     "approval_decided",
+    "attempt_failed",
     "model_called",
     "model_failed",
     "observe_ack",
     "render",
     "run_ended",
     "serve",
+    "tokens_spent",
     "tool_called",
     "watch",
 ]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
+import json
+import math
+import random
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import httpx2
 import openai
 import structlog
+from openai._constants import INITIAL_RETRY_DELAY, MAX_RETRY_AFTER_DELAY, MAX_RETRY_DELAY
 
 from worker import metrics
 from worker.deadline import CutOffSink, Overdue, within
@@ -50,6 +53,46 @@ class ModelNotConfigured(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How every request asks the model to write, besides its output bound (which the loop
+    gives per step): what the bound is called, and the knobs sent only when configured."""
+
+    tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    temperature: float | None = None
+    tool_choice: str = ""  # "": not sent (the server's default, "auto")
+    parallel_tool_calls: bool | None = None  # None: not sent
+
+
+TokensKnown = Literal["reported", "estimated", "unknown", "none"]
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What an attempt that failed cost, as far as it is known: `reported` by the server
+    (usage came before the stream was cut), `estimated` from what it streamed (4 characters
+    a token, the prompt from the request's size), `unknown` (an answer sent whole that never
+    came: the server may have generated anything), or `none` (nothing was generated: the
+    connection failed, or the server answered an error)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    known: TokensKnown = "none"
+
+
+class Watch(Protocol):
+    """Told about a model step while it runs (worker/model_watch.py records and shows it)."""
+
+    def attempt_started(self, attempt: int, attempts: int) -> None: ...
+
+    def attempt_failed(
+        self, attempt: int, attempts: int, error: ModelError, spent: Spent, seconds: float
+    ) -> None: ...
+
+    def waiting(self, seconds: float) -> None:
+        """Called every few seconds while an attempt runs: `seconds` since the step began."""
+
+
 class Model(Protocol):
     """What the loop needs of a model: the OpenAI-backed client, or a scripted one."""
 
@@ -61,12 +104,34 @@ class Model(Protocol):
         tools: list[dict[str, Any]],
         timeout: float,
         sink: TextSink | None = None,
+        *,
+        max_tokens: int | None = None,
+        watch: Watch | None = None,
     ) -> ModelTurn: ...
 
 
+class _Failed(Exception):
+    """One attempt failed: why, whether another may help, after how long, what it cost."""
+
+    def __init__(
+        self,
+        error: ModelError,
+        *,
+        retryable: bool,
+        spent: Spent = Spent(),
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(error.detail)
+        self.error, self.retryable, self.spent = error, retryable, spent
+        self.retry_after = retry_after
+
+
 class ModelClient:
-    """One client per process; the SDK retries 408/409/429/5xx and connection errors itself,
-    with bounded exponential backoff that honours Retry-After."""
+    """One client per process. A model step has one deadline (`timeout` per `complete`):
+    the first attempt and its retries share it. The retries are ours, not the SDK's (its
+    own are off), so each one is seen as it happens (`Watch`) and none starts after the
+    deadline; which failures are retried, and how long to wait first, are the SDK's rules
+    (408/409/429/5xx unless `x-should-retry` says otherwise, connection errors, `Retry-After`)."""
 
     def __init__(
         self,
@@ -76,21 +141,30 @@ class ModelClient:
         base_url: str | None,
         timeout: float = 60.0,
         max_retries: int = 2,
+        read_timeout: float = 0.0,
+        sampling: Sampling | None = None,
+        watch_every: float = 5.0,
     ) -> None:
         if not api_key and not base_url:
             raise ModelNotConfigured(NO_MODEL)
         self.model = model
         self.timeout = timeout
+        self.max_retries = max_retries
+        self.read_timeout = read_timeout  # 0: an attempt may take what is left of the step
+        self.sampling = sampling or Sampling()
+        self.watch_every = watch_every
         self.client = openai.OpenAI(
             api_key=api_key or "not-needed",
             base_url=base_url,
             timeout=openai.Timeout(timeout, connect=5.0),
-            max_retries=max_retries,
+            max_retries=max_retries,  # for other requests (embeddings); never for completions
         )
         url = self.client.base_url
         # Where the model server is, as logs may say it: host and port, never the key (a
         # header) nor anything else of the URL (a proxy's credentials, a query).
         self.server = f"{url.host}:{url.port}" if url.port else str(url.host)
+        # ... and as people read it in an error: with the scheme and path, still no more.
+        self.server_url = f"{url.scheme}://{self.server}{url.path.rstrip('/')}"
 
     def check(self, timeout: float = 5.0) -> bool:
         """At start-up: one GET /models, no retries. Warns, and never raises, when the server
@@ -125,12 +199,33 @@ class ModelClient:
         client = self.client.with_options(
             timeout=openai.Timeout(timeout, connect=min(timeout, 5.0)), max_retries=0
         )
-        with model_errors(timeout):
+        try:
             return [model.id for model in client.models.list()]
+        except openai.OpenAIError as exc:
+            raise self._failure(exc, timeout).error from exc
 
     def _failed(self, exc: ModelError, event: str) -> None:
         metrics.model_failed(exc.kind)
         log.warning(event, kind=exc.kind, server=self.server, model=self.model, error=exc.detail)
+
+    def request_body(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
+    ) -> dict[str, Any]:
+        """The request as sent. It is plain JSON already: handed to `create(messages=...)`, the
+        SDK would first walk every message against its typed definitions, which measured as
+        more CPU than the rest of a step; `extra_body` is sent as it is."""
+        body: dict[str, Any] = {"messages": messages}
+        if max_tokens is not None:
+            body[self.sampling.tokens_param] = max_tokens
+        if self.sampling.temperature is not None:
+            body["temperature"] = self.sampling.temperature
+        if tools:  # the tool knobs mean nothing (and some servers refuse them) without tools
+            body["tools"] = tools
+            if self.sampling.tool_choice:
+                body["tool_choice"] = self.sampling.tool_choice
+            if self.sampling.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = self.sampling.parallel_tool_calls
+        return body
 
     def complete(
         self,
@@ -138,130 +233,229 @@ class ModelClient:
         tools: list[dict[str, Any]],
         timeout: float,
         sink: TextSink | None = None,
+        *,
+        max_tokens: int | None = None,
+        watch: Watch | None = None,
     ) -> ModelTurn:
-        """One model call. With a `sink`, the reply is streamed and its answer text passed on
-        as it arrives; the turn (and its usage) is the same as without. It ends within
-        `timeout` (worker.deadline), also when the server stalls or the SDK retries. A
-        failure is counted by kind and logged as a warning naming the server, then raised."""
+        """One model step, ended within `timeout` whatever the server does, its attempts
+        together. With a `sink`, the reply is streamed and its answer text passed on as it
+        arrives (and taken back, `reset`, before a retry); the turn is the same as without.
+        A failure is counted by kind and logged as a warning naming the server, then raised."""
         try:
-            return self._within(messages, tools, timeout, sink)
+            return self._attempts(
+                self.request_body(messages, tools, max_tokens), timeout, sink, watch
+            )
         except ModelError as exc:
             self._failed(exc, "model_call_failed")
             raise
 
-    def _within(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        timeout: float,
-        sink: TextSink | None,
+    def _attempts(
+        self, body: dict[str, Any], timeout: float, sink: TextSink | None, watch: Watch | None
     ) -> ModelTurn:
         started = time.monotonic()
+        deadline = started + timeout
+        attempts = self.max_retries + 1
+        attempt = 0
+        while True:
+            attempt += 1
+            if watch is not None:
+                watch.attempt_started(attempt, attempts)
+            try:
+                return self._attempt(body, deadline, sink, watch, started)
+            except _Failed as failed:
+                elapsed = time.monotonic() - started
+                if watch is not None:
+                    watch.attempt_failed(attempt, attempts, failed.error, failed.spent, elapsed)
+                log.warning(
+                    "model_attempt_failed",
+                    attempt=attempt,
+                    attempts=attempts,
+                    kind=failed.error.kind,
+                    server=self.server,
+                    error=failed.error.detail,
+                )
+                pause = failed.retry_after if failed.retry_after is not None else backoff(attempt)
+                if (
+                    not failed.retryable
+                    or attempt >= attempts
+                    or time.monotonic() + pause >= deadline
+                ):
+                    raise self._final(failed.error, attempt, elapsed, timeout) from failed
+                time.sleep(pause)  # bounded: a retry that could not start in time is not made
+                if sink is not None:
+                    sink.reset()
+
+    def _final(
+        self, error: ModelError, attempts: int, elapsed: float, timeout: float
+    ) -> ModelError:
+        """The step's error in words: how long it took, and how many attempts were made."""
+        tried = f"{attempts} attempt" + ("s" if attempts != 1 else "")
+        if error.timed_out:
+            took = min(elapsed, timeout)
+            return ModelError(
+                f"the model did not finish within {seconds(took)} s ({tried})", timed_out=True
+            )
+        return ModelError(f"{error.detail} ({tried})", kind=error.kind)
+
+    def _attempt(
+        self,
+        body: dict[str, Any],
+        deadline: float,
+        sink: TextSink | None,
+        watch: Watch | None,
+        started: float,
+    ) -> ModelTurn:
+        left = max(0.1, deadline - time.monotonic())
+        read = min(self.read_timeout, left) if self.read_timeout else left
+        client = self.client.with_options(
+            timeout=openai.Timeout(read, connect=min(read, 5.0)), max_retries=0
+        )
         guarded = CutOffSink(sink) if sink is not None else None
+        acc = TurnAccumulator(guarded) if guarded is not None else None
         try:
             return within(
-                timeout + DEADLINE_GRACE,
-                lambda: self._complete(messages, tools, timeout, guarded, started),
+                left + DEADLINE_GRACE,
+                lambda: self._request(client, body, acc, read, deadline, started),
+                tick=(lambda _: watch.waiting(time.monotonic() - started)) if watch else None,
+                every=self.watch_every,
             )
         except Overdue:
             if guarded is not None:
                 guarded.cut()
-            log.warning("model_call_overdue", timeout=timeout)
-            raise ModelError(
-                f"the model did not answer within {timeout:.0f} s", timed_out=True
+            log.warning("model_call_overdue", timeout=round(deadline - started, 1))
+            error = ModelError("the model did not finish in time", timed_out=True)
+            raise _Failed(error, retryable=False, spent=self._spent(body, acc)) from None
+        except openai.OpenAIError as exc:
+            failed = self._failure(exc, read)
+            raise _Failed(  # a timeout: the server may have been writing; else it was not
+                failed.error,
+                retryable=failed.retryable,
+                retry_after=failed.retry_after,
+                spent=self._spent(body, acc) if failed.error.timed_out else Spent(),
+            ) from exc
+        except _StreamCut as cut:
+            wrote = cut.retryable or cut.error.timed_out
+            raise _Failed(
+                cut.error,
+                retryable=cut.retryable,
+                spent=self._spent(body, acc) if wrote else Spent(),
             ) from None
 
-    def _complete(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        timeout: float,
-        sink: TextSink | None,
-        started: float,
-    ) -> ModelTurn:
-        # The request is plain JSON already. Handed to `create(messages=...)`, the SDK would
-        # first walk every message against its typed definitions, which measured as more CPU
-        # than the rest of a step; `extra_body` is sent as it is (it replaces these keys).
-        body: dict[str, Any] = {"messages": messages}
-        if tools:
-            body["tools"] = tools
-            body["parallel_tool_calls"] = True
-        client = self.client.with_options(timeout=openai.Timeout(timeout, connect=5.0))
-        with model_errors(timeout):
-            if sink is not None:
-                return self._streamed(client, body, timeout, sink, started)
-            response = client.chat.completions.create(
-                model=self.model, messages=[], extra_body=body
-            )
-        if not response.choices:
-            raise ModelError("the model server returned no choices")
-        return read_turn(response.choices[0], response.usage, time.monotonic() - started)
-
-    def _streamed(
+    def _request(
         self,
         client: openai.OpenAI,
         body: dict[str, Any],
-        timeout: float,
-        sink: TextSink,
+        acc: TurnAccumulator | None,
+        read: float,
+        deadline: float,
         started: float,
     ) -> ModelTurn:
-        """The SDK retries a request that fails before its stream starts; a stream that breaks
-        off midway is asked for again here, as often, and the sink told to start over."""
-        for attempt in range(self.client.max_retries + 1):
-            acc = TurnAccumulator(sink)
-            stream = client.chat.completions.create(  # failures here: the SDK's retries
-                model=self.model,
-                messages=[],
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=body,
+        if acc is None:
+            response = client.chat.completions.create(
+                model=self.model, messages=[], extra_body=body
             )
-            try:
-                with stream:
-                    for chunk in stream:
-                        acc.add(chunk)
-                        if time.monotonic() - started > timeout:
-                            raise ModelError(
-                                f"the model did not answer within {timeout:.0f} s", timed_out=True
-                            )
-            except (httpx2.TimeoutException, openai.APITimeoutError) as exc:
-                raise ModelError(
-                    f"the model did not answer within {timeout:.0f} s", timed_out=True
-                ) from exc
-            except (httpx2.TransportError, openai.APIConnectionError) as exc:
-                if attempt >= self.client.max_retries:
-                    raise ModelError(
-                        "the model's streamed reply broke off", kind="unreachable"
-                    ) from exc
-                log.warning("model_stream_retry", attempt=attempt + 1, error=type(exc).__name__)
-                sink.reset()
-                continue
-            if not acc.saw_choice:
-                raise ModelError("the model server returned no choices")
-            return acc.turn(time.monotonic() - started)
-        raise AssertionError("unreachable")
+            if not response.choices:
+                raise _StreamCut(
+                    ModelError("the model server returned no choices"), retryable=False
+                )
+            return read_turn(response.choices[0], response.usage, time.monotonic() - started)
+        stream = client.chat.completions.create(
+            model=self.model,
+            messages=[],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=body,
+        )
+        try:
+            with stream:
+                for chunk in stream:
+                    acc.add(chunk)
+                    if time.monotonic() > deadline:  # still writing: stop reading it
+                        raise _StreamCut(
+                            ModelError("the model did not finish in time", timed_out=True),
+                            retryable=False,
+                        )
+        except (httpx2.TimeoutException, openai.APITimeoutError) as exc:
+            raise _StreamCut(
+                ModelError(f"the model sent nothing for {seconds(read)} s", timed_out=True),
+                retryable=True,
+            ) from exc
+        except (httpx2.TransportError, openai.APIConnectionError) as exc:
+            raise _StreamCut(
+                ModelError("the model's streamed reply broke off", kind="unreachable"),
+                retryable=True,
+            ) from exc
+        if not acc.saw_choice:
+            raise _StreamCut(ModelError("the model server returned no choices"), retryable=False)
+        return acc.turn(time.monotonic() - started)
+
+    def _spent(self, body: dict[str, Any], acc: TurnAccumulator | None) -> Spent:
+        """What an abandoned attempt cost, as far as it is known (see `Spent`)."""
+        if acc is None:
+            return Spent(known="unknown")
+        usage = acc.usage
+        completion = _get_count(usage, "completion_tokens")
+        if completion is not None:
+            return Spent(_get_count(usage, "prompt_tokens") or 0, completion, "reported")
+        written = acc.written_chars()
+        if not written:
+            return Spent(known="unknown")
+        prompt = json.dumps(body, ensure_ascii=False, default=str)
+        return Spent(_tokens(len(prompt)), _tokens(written), "estimated")
+
+    def _failure(self, exc: openai.OpenAIError, read: float) -> _Failed:
+        """An SDK exception in words fit for the run's record, and whether to retry."""
+        if isinstance(exc, openai.APITimeoutError):
+            error = ModelError(f"the model sent nothing for {seconds(read)} s", timed_out=True)
+            return _Failed(error, retryable=True)
+        if isinstance(exc, openai.APIConnectionError):
+            cause = " ".join(str(exc.__cause__ or exc).split())[:200]
+            error = ModelError(
+                f"could not reach the model server at {self.server_url} ({cause})",
+                kind="unreachable",
+            )
+            return _Failed(error, retryable=True)
+        if isinstance(exc, openai.APIStatusError):
+            error = ModelError(
+                f"the model server answered HTTP {exc.status_code}: {_short(exc)}",
+                kind="rate_limited" if exc.status_code == 429 else "rejected",
+            )
+            # The SDK's own rules, so our retries are the ones it would have made
+            retry = self.client._should_retry(exc.response)
+            after = self.client._parse_retry_after_header(exc.response.headers)
+            wait = after if after is not None and 0 < after <= MAX_RETRY_AFTER_DELAY else None
+            return _Failed(error, retryable=retry, retry_after=wait)
+        return _Failed(ModelError(f"model client error: {type(exc).__name__}"), retryable=False)
 
 
-@contextlib.contextmanager
-def model_errors(timeout: float) -> Iterator[None]:
-    """The SDK's exceptions as ModelError, in words fit for the run's record."""
-    try:
-        yield
-    except openai.APITimeoutError as exc:
-        raise ModelError(
-            f"the model did not answer within {timeout:.0f} s", timed_out=True
-        ) from exc
-    except openai.APIConnectionError as exc:
-        raise ModelError(
-            "could not reach the model server (connection failed)", kind="unreachable"
-        ) from exc
-    except openai.APIStatusError as exc:
-        raise ModelError(
-            f"the model server answered HTTP {exc.status_code}: {_short(exc)}",
-            kind="rate_limited" if exc.status_code == 429 else "rejected",
-        ) from exc
-    except openai.OpenAIError as exc:
-        raise ModelError(f"model client error: {type(exc).__name__}") from exc
+class _StreamCut(Exception):
+    """A reply that did not come whole (read in the call's thread, judged by `_attempt`)."""
+
+    def __init__(self, error: ModelError, *, retryable: bool) -> None:
+        super().__init__(error.detail)
+        self.error, self.retryable = error, retryable
+
+
+def backoff(attempt: int) -> float:
+    """The SDK's wait before retry number `attempt`: 0.5 s doubling, at most 8 s, less up to
+    a quarter at random."""
+    return min(INITIAL_RETRY_DELAY * 2.0 ** (attempt - 1), MAX_RETRY_DELAY) * (
+        1 - 0.25 * random.random()
+    )
+
+
+def seconds(value: float) -> str:
+    """A duration as people read it: whole seconds, tenths under ten."""
+    return f"{value:.0f}" if value >= 10 else f"{round(value, 1):g}"
+
+
+def _tokens(chars: int) -> int:
+    return max(1, math.ceil(chars / 4)) if chars else 0
+
+
+def _get_count(usage: object, name: str) -> int | None:
+    value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _short(exc: openai.APIStatusError) -> str:

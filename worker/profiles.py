@@ -55,13 +55,15 @@ def named(policy: Policy, name: str) -> Profile:
 
 def start(rt: Runtime, run: Run, profile: Profile | None) -> None:
     """Give a new run its agent: the operator's instructions, then the profile's; the
-    profile's tool subset and model."""
+    profile's tool subset, model and reply bound."""
     parts = [rt.settings.instructions, profile.instructions if profile else ""]
     run.instructions = "\n\n".join(part for part in parts if part)
     if profile is None:
         return
     tools = None if profile.tools is None else list(profile.tools)
-    run.profile = RunProfile(name=profile.name, tools=tools, model=profile.model)
+    run.profile = RunProfile(
+        name=profile.name, tools=tools, model=profile.model, max_tokens=profile.max_tokens
+    )
     if profile.model:
         run.model = profile.model
 
@@ -93,6 +95,13 @@ def demos_for(rt: Runtime, run: Run) -> Selector | None:
 def model_name(run: Run) -> str:
     """The model a run asks for: its profile's; "" for the configured one."""
     return run.profile.model or "" if run.profile else ""
+
+
+def max_tokens(rt: Runtime, run: Run) -> int:
+    """The bound on one reply of the model: its profile's, else the configured one."""
+    if run.profile is not None and run.profile.max_tokens:
+        return run.profile.max_tokens
+    return rt.settings.model_max_tokens
 
 
 def _filter(run: Run) -> Profile:

@@ -139,6 +139,7 @@ class RunProfile(BaseModel):
     name: str
     tools: list[str] | None = None  # names and patterns; None: every tool the user may call
     model: str | None = None  # None: the configured model (SWITCHBOARD_MODEL)
+    max_tokens: int | None = None  # a reply's bound; None: SWITCHBOARD_MODEL_MAX_TOKENS
 
 
 class Budgets(BaseModel):

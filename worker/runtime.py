@@ -42,6 +42,7 @@ class Settings:
     retention: int = 30 * 24 * 3600
     model_timeout: float = 60.0
     model_retries: int = 2
+    model_max_tokens: int = 2048  # a reply's bound (a profile's `max_tokens` over it)
     budgets: Budgets = field(default_factory=Budgets)
     demos_as_text: bool = False  # demonstrations as text in the instructions, not as messages
     stream_answers: bool = True  # stream replies to surfaces that show answers as they come

@@ -155,6 +155,12 @@ class TurnAccumulator:
             parts.name = name if not parts.name else parts.name + name  # some stream the name
         parts.add_arguments(_get(function, "arguments"))
 
+    def written_chars(self) -> int:
+        """Characters the model has written so far: text, refusal, call names and arguments
+        (what an attempt abandoned midway is estimated by)."""
+        calls = sum(len(parts.name) + parts.size for parts in list(self.calls.values()))
+        return self.content_size + sum(len(piece) for piece in self.refusal) + calls
+
     def turn(self, seconds: float) -> ModelTurn:
         calls = [
             SimpleNamespace(

@@ -74,6 +74,29 @@ def model_call(event: Event, offset: str) -> str:
     return "\n".join(lines)
 
 
+def model_call_started(event: Event, offset: str) -> str:
+    d = event.data
+    attempt = ""
+    if d.get("attempt", 1) != 1:
+        attempt = m.EVENT_MODEL_ATTEMPT.format(attempt=d.get("attempt"), attempts=d.get("attempts"))
+    return m.EVENT_MODEL_STARTED.format(
+        offset=offset, step=d.get("step"), attempt=escape(attempt), deadline=d.get("deadline")
+    )
+
+
+def model_attempt_failed(event: Event, offset: str) -> str:
+    d = event.data
+    tokens = int(d.get("prompt_tokens") or 0) + int(d.get("completion_tokens") or 0)
+    cost = m.EVENT_TOKENS.get(str(d.get("tokens")), "")
+    return m.EVENT_MODEL_FAILED.format(
+        offset=offset,
+        attempt=d.get("attempt"),
+        attempts=d.get("attempts"),
+        error=one_line(str(d.get("error", "")), 300),
+        tokens=cost.format(n=tokens),
+    )
+
+
 def tool_result(event: Event, offset: str) -> str:
     d = event.data
     return m.EVENT_RESULT.format(
@@ -189,6 +212,8 @@ GENERIC = GENERIC_KINDS
 RENDERERS: dict[str, Render] = {
     K.RUN_CREATED: asked,
     K.MODEL_CALL: model_call,
+    K.MODEL_CALL_STARTED: model_call_started,
+    K.MODEL_ATTEMPT_FAILED: model_attempt_failed,
     K.TOOL_RESULT: tool_result,
     K.TOOL_DENIED: tool_denied,
     K.TOOL_INVALID: tool_invalid,

@@ -150,7 +150,7 @@ REASONS = {
     "length": "the model's reply was cut off",
     "content_filter": "the model's reply was withheld by its content filter",
     "refused": "the model refused",
-    "model_error": "the model could not be reached or did not answer in time",
+    "model_error": "the model call failed",
     "internal_error": "an internal error stopped it",
 }
 REASON_UNKNOWN = "of an unexpected problem"
@@ -319,6 +319,16 @@ EVENT_WRITE_UNKNOWN = (
     "`+{offset}` *{tool}* was interrupted while it ran; its outcome is unknown and it was "
     "not retried"
 )
+EVENT_MODEL_STARTED = (
+    "`+{offset}` asked the model (step {step}{attempt}; {deadline} s for the step)"
+)
+EVENT_MODEL_ATTEMPT = " attempt {attempt} of {attempts}"
+EVENT_MODEL_FAILED = "`+{offset}` model attempt {attempt} of {attempts} failed: {error}{tokens}"
+EVENT_TOKENS = {  # what a failed attempt cost, by how it is known (worker.model.Spent)
+    "reported": " ({n:,} tokens)",
+    "estimated": " (about {n:,} tokens, estimated from what it streamed)",
+    "unknown": " (tokens unknown: the server never said)",
+}
 EVENT_OTHER = "`+{offset}` {kind}"
 
 # -- App Home --------------------------------------------------------------------------------

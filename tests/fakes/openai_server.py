@@ -34,12 +34,14 @@ from tests.fakes._base import FakeServer, QuietHandler
 __all__ = [
     "FakeOpenAI",
     "Fault",
+    "Recorded",
     "Request",
     "Script",
     "ToolCall",
     "Turn",
     "conversation_key",
     "embed",
+    "load_recording",
 ]
 
 EMBEDDING_DIMENSIONS = 64
@@ -148,8 +150,35 @@ class Fault:
         return cls(delay=seconds)
 
 
-Reply = Turn | Fault
-TurnLike = str | Turn | Fault
+@dataclass(frozen=True)
+class Recorded:
+    """A real server's reply, served byte for byte (replay mode): `body` whole, or `chunks`
+    one HTTP chunk each (a stream, as the server sent it). Made by `load_recording` from a
+    file bench/record_server.py wrote (tests/recordings/); its headers are not replayed, but
+    the content type is."""
+
+    status: int = 200
+    content_type: str = "application/json"
+    body: bytes | None = None
+    chunks: tuple[bytes, ...] | None = None
+
+
+def load_recording(path: Any) -> tuple[dict[str, Any], Recorded]:
+    """(the recording's request summary, its reply) from a file of bench/record_server.py."""
+    with open(path, encoding="utf-8") as file:
+        data = json.load(file)
+    response = data["response"]
+    chunks = response.get("chunks")
+    return data["request"], Recorded(
+        status=int(response["status"]),
+        content_type=str(response["content_type"]),
+        body=response["body"].encode("utf-8") if response.get("body") is not None else None,
+        chunks=tuple(c.encode("utf-8") for c in chunks) if chunks is not None else None,
+    )
+
+
+Reply = Turn | Fault | Recorded
+TurnLike = str | Turn | Fault | Recorded
 
 
 def _as_reply(item: TurnLike) -> Reply:
@@ -660,7 +689,7 @@ class FakeOpenAI(FakeServer[Request]):
             chosen = default
         if chosen is None:
             return None, self._script_error(f"no script or route for conversation {key!r}")
-        if isinstance(chosen, (str, Turn, Fault)):
+        if isinstance(chosen, (str, Turn, Fault, Recorded)):
             return None, _as_reply(chosen)
         if not isinstance(chosen, Script):
             chosen = Script(chosen)
@@ -805,6 +834,9 @@ class _OpenAIHandler(QuietHandler):
         if isinstance(reply, str):
             self._error(500, error_body(reply, "fake_script_error"), {"x-should-retry": "false"})
             return
+        if isinstance(reply, Recorded):
+            self._replay(reply)
+            return
         if isinstance(reply, Fault):
             if not self._serve_fault(reply, body):
                 self._error(
@@ -844,19 +876,29 @@ class _OpenAIHandler(QuietHandler):
         else:
             self.send_json(200, completion, {"x-request-id": self._request_id()})
 
+    def _replay(self, reply: Recorded) -> None:
+        """A recorded reply as the real server sent it: the body whole, or each recorded
+        chunk as one HTTP chunk, in order."""
+        if reply.chunks is None:
+            self.send_bytes(reply.status, reply.body or b"", reply.content_type)
+        else:
+            self._send_paced(list(reply.chunks), 0.0, None, None, reply.status, reply.content_type)
+
     def _send_paced(
         self,
         events: list[bytes],
         interval: float,
         cut_after: int | None,
         stall: tuple[int, float] | None = None,
+        status: int = 200,
+        content_type: str = "text/event-stream; charset=utf-8",
     ) -> None:
         """Each event in its own HTTP chunk, `interval` s apart, as a model writing tokens;
         the connection closes after `cut_after` events, if given; `stall` (after, seconds):
         nothing is sent for that long after that many events."""
         self.responded = True
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", self._request_id())
         self.end_headers()

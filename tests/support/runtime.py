@@ -64,6 +64,19 @@ def make_runtime(
     return rt
 
 
+class KeptText:
+    """A TextSink that keeps the streamed answer text, as a surface would show it."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def text(self, delta: str) -> None:
+        self.parts.append(delta)
+
+    def reset(self) -> None:
+        self.parts.clear()
+
+
 def requester(rt: Runtime, user_id: str, groups: tuple[str, ...] = ()) -> Requester:
     return Requester(
         user_id=user_id,

@@ -1,0 +1,386 @@
+"""Model calls as a local or slow model meets them (issue 23): every request bounded, one
+deadline per step whatever the server does, every attempt visible while the step runs, and
+errors that say what happened. Real Redis, RQ, the real openai client against FakeOpenAI."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.render.blocks import answer_messages
+from switchboard.render import event_line
+from switchboard.settings import Config
+from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
+from tests.support.redis_server import free_port
+from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until, work
+from worker import metrics, service
+from worker.library import Selector, TaskLibrary
+from worker.model import ModelClient, ModelError, Sampling
+from worker.run import Budgets, EndReason, Run, RunStatus
+from worker.surface import SilentSurface
+
+FEE = "What is the fee for Django Fundamentals and its prerequisite?"
+FEE_TURNS = [
+    Turn(tool_calls=[("knowledge_lookup", {"name": "Django Fundamentals"})], usage=(900, 40)),
+    Turn(tool_calls=[("knowledge_lookup", {"name": "Python Basics"})], usage=(1000, 40)),
+    Turn("Django Fundamentals costs 2999 and Python Basics 1999.", usage=(1100, 30)),
+]
+
+
+class Watching(SilentSurface):
+    """A surface that keeps what the runtime shows it: status lines and streamed text."""
+
+    def __init__(self, stream: bool = True) -> None:
+        self.stream = stream
+        self.statuses: list[str] = []
+        self.streamed: list[str] = []
+
+    def progress(self, run: Run, text: str) -> None:
+        self.statuses.append(text)
+
+    def answer_stream(self, run: Run) -> Watching | None:
+        return self if self.stream else None
+
+    def text(self, delta: str) -> None:
+        self.streamed.append(delta)
+
+    def reset(self) -> None:
+        self.streamed.clear()
+
+
+def bound_of(body: dict[str, Any]) -> int:
+    return int(body.get("max_tokens") or body["max_completion_tokens"])
+
+
+def test_every_model_request_carries_a_bounded_max_tokens_within_the_runs_token_budget(
+    redis_conn, model_server: FakeOpenAI, tickets_db
+) -> None:
+    model_server.route(FEE, FEE_TURNS)
+    # 2,048 a reply by default; the budget leaves 3,000 - 940 = 2,060, then 1,020
+    rt = make_runtime(redis_conn, model_server.url, budgets=Budgets(max_tokens=3000))
+    run = service.submit(rt, FEE, ALICE)
+    work(rt)
+    ended = rt.store.load(run.id)
+    bodies = [b for b in model_server.chat_requests if FEE in str(b["messages"])]
+    assert [bound_of(b) for b in bodies] == [2048, 2048, 1020]
+    assert all("max_tokens" in b and "max_completion_tokens" not in b for b in bodies)
+    # nothing the operator did not configure: no temperature, tool_choice, parallel_tool_calls
+    assert not any({"temperature", "tool_choice", "parallel_tool_calls"} & set(b) for b in bodies)
+    assert ended.usage.tokens == 3110 and ended.status == RunStatus.COMPLETED
+
+
+def test_a_profiles_max_tokens_bounds_its_runs_replies(
+    redis_conn, model_server: FakeOpenAI, tickets_db, tmp_path: Path
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("profiles:\n  dm:\n    max_tokens: 300\n", encoding="utf-8")
+    model_server.route("terse", ["Short."])
+    rt = make_runtime(redis_conn, model_server.url, policy_file=policy)
+    run = service.submit(rt, "a terse question", ALICE, profile="dm")
+    work(rt)
+    assert rt.store.load(run.id).profile.max_tokens == 300  # type: ignore[union-attr]
+    assert bound_of(model_server.last_chat_request) == 300
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("0", "from 1 to 1,000,000"), ("lots", "whole number"), ("1.5", "whole number")],
+)
+def test_a_profiles_max_tokens_must_be_a_whole_number_and_the_error_names_its_line(
+    tmp_path: Path, value: str, problem: str
+) -> None:
+    from tools.exceptions import PolicyError
+    from tools.policy import Policy
+    from tools.registry import registry
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"profiles:\n  dm:\n    max_tokens: {value}\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match=f"line 3.*max_tokens.*{problem}"):
+        Policy.load(path, registry)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.one_of(
+        st.integers(-10, 2_000_000).map(str),
+        st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12),
+        st.sampled_from(
+            [
+                "0x10",
+                "1_000",
+                "1e3",
+                "+5",
+                "[1]",
+                "{a: 1}",
+                "~",
+                "''",
+                "true",
+                "!!int ²",
+                "!!int 12",
+            ]
+        ),
+    )
+)
+def test_any_max_tokens_value_reads_as_a_bound_in_range_or_as_an_error_on_its_line(
+    value: str,
+) -> None:
+    from tools.exceptions import PolicyError
+    from tools.policy import Policy
+    from tools.registry import registry
+
+    text = "profiles:\n  dm:\n    max_tokens: " + value + "\n"  # as the operator typed it
+    try:
+        policy = Policy.parse(text, registry)
+    except PolicyError as exc:  # a bad value names its line; so does a YAML error
+        assert "line" in str(exc)
+        return
+    bound = policy.profiles["dm"].max_tokens
+    assert bound is None or 1 <= bound <= 1_000_000  # None: a YAML null, `max_tokens:` unset
+    if value.strip().isdigit():
+        assert bound == int(value)
+
+
+def test_the_knobs_are_sent_only_when_configured_and_the_tool_ones_only_with_tools(
+    model_server: FakeOpenAI,
+) -> None:
+    model_server.script = ["fine"] * 2
+    client = ModelClient(model="gpt-fake", api_key="k", base_url=model_server.url)
+    client.sampling = Sampling(
+        tokens_param="max_completion_tokens",
+        temperature=0.2,
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
+    question = [{"role": "user", "content": "q"}]
+    client.complete(question, [tool], 5.0, max_tokens=64)
+    client.complete(question, [], 5.0, max_tokens=64)
+    with_tools, without = model_server.chat_requests
+    assert with_tools["max_completion_tokens"] == 64 and "max_tokens" not in with_tools
+    assert (with_tools["tool_choice"], with_tools["parallel_tool_calls"]) == ("required", False)
+    assert with_tools["temperature"] == without["temperature"] == 0.2
+    assert "tool_choice" not in without and "parallel_tool_calls" not in without
+
+
+@pytest.mark.parametrize(
+    ("base_url", "param"),
+    [
+        ("", "max_completion_tokens"),  # OpenAI itself
+        ("https://api.openai.com/v1", "max_completion_tokens"),
+        ("http://127.0.0.1:8080/v1", "max_tokens"),  # llama.cpp, vLLM, Ollama, a proxy
+    ],
+)
+def test_the_bound_is_named_as_the_server_expects_unless_the_operator_says(
+    base_url: str, param: str
+) -> None:
+    assert Config(OPENAI_BASE_URL=base_url).tokens_param == param
+    named = Config(OPENAI_BASE_URL=base_url, SWITCHBOARD_MODEL_TOKENS_PARAM="max_tokens")
+    assert named.tokens_param == "max_tokens"
+
+
+def never_stops(pace: float = 200.0) -> Turn:
+    """A model that writes and writes: far more text than its step has time for."""
+    return Turn(text="and then the course goes on " * 300, pace=pace)  # 2,100 tokens
+
+
+def attempts_failed(tokens: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "switchboard_model_attempts_failed_total", {"tokens": tokens}
+    )
+    return value or 0.0
+
+
+def test_a_model_that_never_stops_ends_its_step_at_the_deadline_with_its_tokens_counted(
+    redis_conn, model_server: FakeOpenAI, tickets_db
+) -> None:
+    model_server.route("never stops", [never_stops()])
+    surface = Watching()
+    rt = make_runtime(
+        redis_conn, model_server.url, model_timeout=1.5, surfaces={"watching": surface}
+    )
+    estimated = attempts_failed("estimated")
+    started = time.monotonic()
+    run = service.submit(rt, "a model that never stops", ALICE, origin={"surface": "watching"})
+    work(rt)
+    took = time.monotonic() - started
+    ended = rt.store.load(run.id)
+    assert (ended.status, ended.reason) == (RunStatus.PARTIAL, EndReason.MODEL_ERROR)
+    assert ended.detail == "the model did not finish within 1.5 s (1 attempt)"
+    assert took < 1.5 + 2.0, f"{took:.1f} s for a 1.5 s step"
+    [failed] = [e for e in rt.events.read(run.id) if e.kind == "model_attempt_failed"]
+    assert failed.data["tokens"] == "estimated"
+    # at most ~200 tokens a second for 1.5 s (fewer on a busy machine); all of it counted
+    written = failed.data["completion_tokens"]
+    assert 0 < written <= 1.5 * 200 * 1.2, written
+    assert ended.usage.completion_tokens == written and ended.usage.prompt_tokens > 0
+    assert ended.usage.steps == 1
+    assert attempts_failed("estimated") == estimated + 1
+    # the estimate counts what was written, 4 characters a token: what the surface showed
+    assert 0 < len("".join(surface.streamed)) <= written * 4
+
+
+def test_a_whole_answer_that_never_comes_is_recorded_as_unknown_not_as_nothing(
+    redis_conn, model_server: FakeOpenAI, tickets_db
+) -> None:
+    model_server.route("never stops", [never_stops(pace=100.0)])
+    rt = make_runtime(redis_conn, model_server.url, model_timeout=1.0)  # silent: not streamed
+    unknown = attempts_failed("unknown")
+    run = service.submit(rt, "a model that never stops", ALICE)
+    work(rt)
+    ended = rt.store.load(run.id)
+    assert ended.detail.startswith("the model did not finish within 1 s (")
+    failed = [e.data for e in rt.events.read(run.id) if e.kind == "model_attempt_failed"]
+    assert failed[0]["tokens"] == "unknown" and ended.usage.tokens == 0
+    assert attempts_failed("unknown") >= unknown + 1
+    lines = [line for e in rt.events.read(run.id) for line in event_line(e, ended.created_at)]
+    assert any("tokens unknown (the server never said)" in line for line in lines)
+
+
+def test_a_timed_out_attempt_and_its_retries_are_visible_while_the_step_still_runs(
+    redis_conn, model_server: FakeOpenAI, tickets_db
+) -> None:
+    """Two attempts find the server silent (given up after the 0.5 s read timeout); the third
+    is answered. The demonstrations selected, each start and each failure are in the event
+    log, and the retry on the status, before the step has ended."""
+    model_server.route(
+        "silent twice", Script(["It is 5."], faults={0: [Fault.slow(3.0), Fault.slow(3.0)]})
+    )
+    surface = Watching(stream=False)
+    rt = make_runtime(
+        redis_conn,
+        model_server.url,
+        model_timeout=20.0,
+        model_retries=2,
+        surfaces={"watching": surface},
+    )
+    assert isinstance(rt.model, ModelClient)
+    rt.model.read_timeout, rt.model.watch_every = 0.5, 0.1
+    rt.demos = Selector(TaskLibrary(redis_conn), k=2)
+    run = service.submit(rt, "silent twice, then 2 + 3", ALICE, origin={"surface": "watching"})
+    worker = threading.Thread(target=work, args=(rt,), daemon=True)
+    worker.start()
+
+    def seen() -> list[tuple[str, Any]] | None:
+        kinds = [
+            (e.kind, e.data.get("attempt"))
+            for e in rt.events.read(run.id)
+            if e.kind.startswith("model_") or e.kind == "demos_selected"
+        ]
+        return kinds if ("model_call_started", 2) in kinds else None
+
+    during = wait_until(seen, 15.0, "the second attempt to be recorded")
+    assert rt.store.load(run.id).status == RunStatus.RUNNING  # the step has not ended
+    assert during[:4] == [
+        ("demos_selected", None),  # written when the first attempt starts, not at the end
+        ("model_call_started", 1),
+        ("model_attempt_failed", 1),
+        ("model_call_started", 2),
+    ]
+    failed = next(e for e in rt.events.read(run.id) if e.kind == "model_attempt_failed")
+    assert failed.data["error"] == "the model sent nothing for 0.5 s"
+    wait_until(
+        lambda: any("attempt 2 of 3" in s for s in surface.statuses),
+        15.0,
+        "the status to name the retry",
+    )
+    ended = wait_for_run(rt, run.id, timeout=20.0)
+    worker.join(10.0)
+    assert ended.status == RunStatus.COMPLETED and ended.answer == "It is 5."
+    kinds = [e.kind for e in rt.events.read(run.id) if e.kind.startswith("model_")]
+    assert kinds.count("model_call_started") == 3 and kinds.count("model_attempt_failed") == 2
+    assert any(s.startswith("Waiting for the model (step 1 of 8): ") for s in surface.statuses)
+
+
+def test_retries_follow_the_servers_word_and_never_start_after_the_deadline(
+    model_server: FakeOpenAI,
+) -> None:
+    question = [{"role": "user", "content": "no script for this"}]  # x-should-retry: false
+    client = ModelClient(model="gpt-fake", api_key="k", base_url=model_server.url)
+    with pytest.raises(ModelError, match=r"HTTP 500: .* \(1 attempt\)$"):
+        client.complete(question, [], 5.0)
+    assert len(model_server.chat_requests) == 1
+    # a 429 whose Retry-After is past the step's deadline is not waited for
+    model_server.route("busy", Script(["late"], faults={0: [Fault.rate_limit(retry_after=30)]}))
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"HTTP 429: .* \(1 attempt\)$") as caught:
+        client.complete([{"role": "user", "content": "busy"}], [], 2.0)
+    assert time.monotonic() - started < 1.5 and caught.value.kind == "rate_limited"
+
+
+def test_a_connection_error_names_the_servers_url_and_never_the_key() -> None:
+    port = free_port()  # nothing listens there
+    client = ModelClient(
+        model="m", api_key="sk-secret-key", base_url=f"http://127.0.0.1:{port}/v1", max_retries=1
+    )
+    with pytest.raises(ModelError) as caught:
+        client.complete([{"role": "user", "content": "q"}], [], 5.0)
+    detail = caught.value.detail
+    assert detail.startswith(f"could not reach the model server at http://127.0.0.1:{port}/v1 (")
+    assert detail.endswith("(2 attempts)") and "sk-secret" not in detail
+    assert caught.value.kind == "unreachable"
+
+
+def test_a_cut_off_reply_says_so_once_and_says_where(
+    redis_conn, model_server: FakeOpenAI, tickets_db
+) -> None:
+    model_server.route("cut", [Turn("The answer is", finish_reason="length", usage=(50, 2048))])
+    rt = make_runtime(redis_conn, model_server.url)
+    run = service.submit(rt, "cut me off", ALICE)
+    work(rt)
+    ended = rt.store.load(run.id)
+    assert ended.reason == EndReason.LENGTH
+    assert ended.detail == "finish_reason length after 2048 tokens; this step allowed 2048"
+    [end] = [e for e in rt.events.read(run.id) if e.kind == "run_partial"]
+    console = " ".join(event_line(end, ended.created_at))
+    slack = " ".join(str(b) for message in answer_messages(ended) for b in message.blocks)
+    for said in (console, slack):
+        assert said.count("cut off") == 1, said
+
+
+def test_the_step_deadline_is_shared_by_its_attempts(model_server: FakeOpenAI) -> None:
+    """Three attempts at a server that answers each after 0.8 s of silence, with a 0.5 s read
+    timeout and a 2 s step: the step ends by its deadline, however many attempts fit."""
+    model_server.route(
+        "slow", Script(["late"], faults={0: [Fault.slow(0.8), Fault.slow(0.8), Fault.slow(0.8)]})
+    )
+    client = ModelClient(
+        model="gpt-fake", api_key="k", base_url=model_server.url, max_retries=2, read_timeout=0.5
+    )
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"did not finish within [0-9.]+ s \([23] attempts\)"):
+        client.complete([{"role": "user", "content": "slow"}], [], 2.0)
+    assert time.monotonic() - started < 2.0 + 0.5
+
+
+def test_the_console_says_how_long_the_model_has_been_working_while_it_waits(
+    redis_conn, model_server: FakeOpenAI, tickets_db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from switchboard import console as console_module
+
+    monkeypatch.setattr(console_module, "WAITING_EVERY", 0.3)
+    model_server.route("slow sum", [Turn("It is 5.", delay=1.5)])
+    rt = make_runtime(redis_conn, model_server.url)
+
+    def one_job() -> None:
+        wait_until(lambda: rt.queue.count > 0, 15.0, "the question to be queued")
+        work(rt)
+
+    worker = threading.Thread(target=one_job, daemon=True)
+    worker.start()
+    out = io.StringIO()
+    console = console_module.Console(rt, user_id="UCON", stdin=io.StringIO(), stdout=out)
+    assert console.ask_one("a slow sum: 2 + 3?")
+    worker.join(10.0)
+    lines = out.getvalue().splitlines()
+    asked = next(n for n, line in enumerate(lines) if "asking the model: step 1" in line)
+    waiting = [n for n, line in enumerate(lines) if "still waiting for the model: " in line]
+    answered = next(n for n, line in enumerate(lines) if "model step 1: stop" in line)
+    assert waiting and asked < waiting[0] < answered, lines
+    assert lines[waiting[0]].endswith("s of 10.0 s")
