@@ -13,9 +13,13 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from switchboard import __version__
 from switchboard.verbs import VERBS
+
+if TYPE_CHECKING:
+    from switchboard.settings import Config
 
 DESCRIPTION = """\
 Switchboard: an LLM agent in Slack that calls tools with the asking user's permissions and
@@ -50,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(_verb_in(rest))
     args = parser.parse_args(rest)
     args.debug, args.verbose = "debug" in flags, "verbose" in flags
+    args.verb = _verb_in(rest)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
@@ -80,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     quiet = getattr(args, "log_level", logging.WARNING)
     logs.configure(config.log_format, logging.INFO if args.verbose else quiet)
+    tracing_on = _start_tracing(config, args)
     try:
         result: int = args.handler(config, args)
         return result
@@ -96,6 +102,25 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if tracing_on:
+            from worker import tracing
+
+            tracing.shutdown()  # what is buffered goes out before the process does
+
+
+def _start_tracing(config: Config, args: argparse.Namespace) -> bool:
+    """OpenTelemetry traces, when the OTEL_* environment asks for them (worker/tracing.py).
+    Nothing of OpenTelemetry is imported otherwise."""
+    from worker import tracing
+
+    if not tracing.configured():
+        return False
+    return tracing.setup(
+        args.verb or "switchboard",
+        user_ids=config.trace_user_ids,
+        known_secrets=config.secret_values,
+    )
 
 
 def _global_flags(argv: list[str]) -> tuple[set[str], list[str]]:

@@ -17,6 +17,7 @@ from approvals import ApprovalStore, ExecutionLedger
 from approvals.store import Decision
 from tools.policy import Policy
 from tools.registry import ToolRegistry
+from worker import tracing
 from worker.budgets import PriceTable
 from worker.eventlog import EventLog
 from worker.lease import LeaseKeeper
@@ -50,6 +51,7 @@ class Settings:
     instructions: str = ""  # the operator's (SWITCHBOARD_INSTRUCTIONS), after the built-in ones
     # What tools read of their configuration (ToolContext.settings): the samples' data files
     tool_settings: dict[str, str] = field(default_factory=dict)
+    trace_url: str = ""  # where a run's trace is shown, "{trace_id}" in it (SWITCHBOARD_TRACE_URL)
 
     @property
     def job_timeout(self) -> int:
@@ -132,6 +134,12 @@ class Runtime:
             description=f"advance {run_id}",
         )
 
+    def trace_of(self, approval_id: str) -> dict[str, str]:
+        """The trace context of the run an approval request belongs to ({}: none)."""
+        request = self.approvals.find(approval_id)
+        run = self.store.find(request.run_id) if request is not None else None
+        return run.trace if run is not None else {}
+
     def expiry_job_id(self, approval_id: str) -> str:
         return f"expire-{approval_id}"
 
@@ -147,6 +155,7 @@ class Runtime:
         decision = self.approvals.withdraw(approval_id, reason)
         if decision.won:
             self.cancel_expiry(approval_id)
+            tracing.approval_decided(decision.request, lambda: self.trace_of(approval_id))
         return decision
 
     def require_model(self, name: str = "") -> Model:
