@@ -170,3 +170,59 @@ def test_off_nothing_is_recorded_and_the_run_carries_no_trace(redis_conn, model_
     ended = rt.store.load(run.id)
     assert ended.status == RunStatus.COMPLETED and ended.trace == {}
     assert tracing.trace_id(ended.trace) == ""
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({}, False),
+        ({"OTEL_TRACES_EXPORTER": "none"}, False),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console,otlp"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, False),
+        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}, False),
+    ],
+)
+def test_traces_are_on_only_when_the_otel_environment_asks(environ, on):
+    assert tracing.configured(environ) is on
+
+
+def test_an_exporter_that_is_not_installed_leaves_tracing_off_and_says_why(monkeypatch):
+    from structlog.testing import capture_logs
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin_json")
+    with capture_logs() as logs:
+        assert tracing.setup("test") is False
+    assert not tracing.enabled()
+    [line] = [entry for entry in logs if entry["event"] == "tracing_not_started"]
+    assert "zipkin_json" in line["error"] and "not installed" in line["error"]
+
+
+def test_otlp_over_http_is_the_default_protocol_and_grpc_needs_its_package(monkeypatch):
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    environ = {"OTEL_TRACES_EXPORTER": "otlp"}
+    [made] = tracing._exporters(environ)
+    assert isinstance(made, OTLPSpanExporter)
+    with pytest.raises(ValueError, match="otlp_proto_grpc"):
+        tracing._exporters({**environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    with pytest.raises(ValueError, match="not supported"):
+        tracing._exporters({**environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+
+
+def test_the_trace_url_must_be_a_link_that_names_the_trace_id(monkeypatch):
+    from pydantic import ValidationError
+
+    from switchboard.settings import Config
+
+    monkeypatch.setenv("SWITCHBOARD_TRACE_URL", "https://jaeger.example/trace/{trace_id}")
+    assert Config().trace_url.endswith("{trace_id}")
+    for bad in ("https://jaeger.example/search", "javascript:{trace_id}"):
+        monkeypatch.setenv("SWITCHBOARD_TRACE_URL", bad)
+        with pytest.raises(ValidationError, match="trace URL"):
+            Config()

@@ -134,10 +134,9 @@ class Runtime:
             description=f"advance {run_id}",
         )
 
-    def trace_of(self, approval_id: str) -> dict[str, str]:
-        """The trace context of the run an approval request belongs to ({}: none)."""
-        request = self.approvals.find(approval_id)
-        run = self.store.find(request.run_id) if request is not None else None
+    def trace_of(self, run_id: str) -> dict[str, str]:
+        """The run's trace context, as saved with it ({}: none, or no such run)."""
+        run = self.store.find(run_id)
         return run.trace if run is not None else {}
 
     def expiry_job_id(self, approval_id: str) -> str:
@@ -155,7 +154,9 @@ class Runtime:
         decision = self.approvals.withdraw(approval_id, reason)
         if decision.won:
             self.cancel_expiry(approval_id)
-            tracing.approval_decided(decision.request, lambda: self.trace_of(approval_id))
+            tracing.approval_decided(
+                decision.request, lambda: self.trace_of(decision.request.run_id)
+            )
         return decision
 
     def require_model(self, name: str = "") -> Model:

@@ -92,7 +92,7 @@ def decide(
     rt.cancel_expiry(approval_id)
     metrics.approval_decided(decision.request)
     audit.log_decision(decision.request, surface)
-    tracing.approval_decided(decision.request, lambda: rt.trace_of(approval_id))
+    tracing.approval_decided(decision.request, lambda: rt.trace_of(request.run_id))
     rt.events.append(
         request.run_id,
         EventKind.APPROVAL_DECIDED,
