@@ -41,7 +41,6 @@ import redis
 from common import FEE_QUESTION, FakeModelProcess, RawRQWorker, median, row
 from rq import Queue
 from rq.job import Job
-from rq.registry import FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
 from tests.support.runtime import ALICE, make_runtime
@@ -110,17 +109,28 @@ def switchboard_round(rt: Runtime, n: int) -> float:
 
 
 def rq_round(queue: Queue, n: int) -> float:
-    """Enqueue n no-op jobs back to back; jobs per second until the last one ended."""
-    registry = FinishedJobRegistry(queue=queue)
-    before = registry.count
+    """Enqueue n no-op jobs back to back; jobs per second until the last one ended.
+
+    Waits on the jobs themselves, not on the finished-job registry's count: the registry
+    drops entries as their results expire, so a count taken before the round can fall while
+    the round runs and never reach its target."""
     first = time.time()
     ids = [
-        queue.enqueue_call("bench.common.noop", result_ttl=60, failure_ttl=3600).id
+        queue.enqueue_call("bench.common.noop", result_ttl=3600, failure_ttl=3600).id
         for _ in range(n)
     ]
-    common.wait_until(lambda: registry.count - before >= n, 300, f"{n} no-op jobs")
-    jobs = Job.fetch_many(ids, connection=queue.connection, serializer=JSONSerializer)
-    last = max(job.ended_at.timestamp() for job in jobs if job and job.ended_at)
+
+    def ended() -> list[Job] | None:
+        if queue.count:  # one LLEN while jobs wait, not a fetch of every job at each poll
+            return None
+        jobs = Job.fetch_many(ids, connection=queue.connection, serializer=JSONSerializer)
+        if any(job is None or job.is_failed for job in jobs):
+            raise RuntimeError("a no-op job failed or vanished (see the worker logs)")
+        done = [job for job in jobs if job is not None and job.ended_at is not None]
+        return done if len(done) == n else None
+
+    jobs = common.wait_until(ended, 300, f"{n} no-op jobs")
+    last = max(job.ended_at.timestamp() for job in jobs if job.ended_at)
     return n / (last - first)
 
 

@@ -48,9 +48,12 @@ def report(configs: dict[str, list[CaseResult]]) -> dict[str, Any]:
 SHORT = {
     Outcome.COMPLETED_WITH_EVIDENCE: "ok",
     Outcome.INCORRECT_COMPLETION: "WRONG",
+    Outcome.UNGROUNDED: "UNGROUNDED",
     Outcome.SAFE_PARTIAL: "safe-partial",
     Outcome.UNEXPECTED_PARTIAL: "WRONG-partial",
+    Outcome.CUT_OFF: "cut-off",
     Outcome.OVER_REFUSAL: "over-refusal",
+    Outcome.STOPPED: "stopped",
 }
 
 

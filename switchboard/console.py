@@ -19,7 +19,7 @@ from typing import TextIO
 
 from approvals import ApprovalRequest, ApprovalStatus
 from switchboard import errors
-from switchboard.render import event_line, plain, when
+from switchboard.render import event_line, grounding_note, plain, when
 from switchboard.supervise import CONFIG_EXIT, Supervisor, last_line, live_workers
 from worker import service
 from worker.events import EventKind, is_run_end
@@ -307,6 +307,9 @@ class Console:
         if run.answer:
             self.say("")
             self.say(plain(run.answer))
+            note = grounding_note(run)
+            if note:
+                self.say(note)
         u = run.usage
         detail = f" — {plain(run.detail)}" if run.detail else ""
         self.say(

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from switchboard.errors import CliError
 from switchboard.settings import Config
 from switchboard.verbs import help_of
 from switchboard.wiring import load_tools, open_runtime, task_library
@@ -20,6 +24,11 @@ from worker.library import (
 )
 from worker.runtime import Runtime
 from worker.service import runs
+from worker.service.library import preview
+
+MAX_QUESTIONS_FILE = 1_000_000  # bytes
+MAX_QUESTIONS = 2000
+SHOWN_LEFT_OUT = 3  # per question, the best ones left out
 
 NO_SHIPPED_LIBRARY = (
     "ok: no task library file (SWITCHBOARD_DEMOS is unset, and the shipped one demonstrates "
@@ -32,8 +41,27 @@ def add_commands(verbs: Any) -> None:
     demos = verbs.add_parser("demos", help=help_of("demos"), description=__doc__)
     demos.set_defaults(handler=lambda c, a: _help(demos))
     sub = demos.add_subparsers(title="demos commands", metavar="ACTION")
-    p = sub.add_parser("check", help="validate every demonstration against the tools")
+    p = sub.add_parser(
+        "check",
+        help="validate every demonstration against the tools; with --questions, what each "
+        "question would be shown",
+        description="Validates every demonstration of the task library against the registered "
+        "tools and their schemas. With --questions FILE, then shows what each question in it "
+        "would be shown, as if its asker may call every tool: the demonstrations chosen with "
+        "their scores, and the best ones left out with their scores and why (a tool the person "
+        "may not call, below the relevance floor SWITCHBOARD_DEMOS_MIN_SCORE, a write the "
+        "question does not ask for, not among the best SWITCHBOARD_DEMOS_K). Scores are BM25 "
+        "as a share of a perfect match (0 to 1), or cosine similarity with "
+        "SWITCHBOARD_DEMO_SELECTOR=embeddings. Nothing is recorded.",
+    )
     p.set_defaults(handler=cmd_check)
+    p.add_argument(
+        "--questions",
+        type=Path,
+        metavar="FILE",
+        help="questions, one a line (blank lines and lines starting with # are skipped), or "
+        "a cases file of `switchboard eval` (its questions)",
+    )
     p = sub.add_parser("list", help="the library with usage counts")
     p.set_defaults(handler=cmd_list)
     p.add_argument("--candidates", action="store_true", help="only candidates awaiting review")
@@ -85,6 +113,56 @@ def cmd_check(config: Config, args: argparse.Namespace) -> int:
     if problems:
         return 1
     print(f"ok: {len(demos)} demonstrations in {path} match the registered tools")
+    if args.questions is not None:
+        return show_selections(config, read_questions(args.questions))
+    return 0
+
+
+def read_questions(path: Path) -> list[str]:
+    """The questions of FILE: its lines, or the questions of an eval cases file."""
+    try:
+        if path.stat().st_size > MAX_QUESTIONS_FILE:
+            raise CliError(f"{path}: over {MAX_QUESTIONS_FILE:,} bytes; split it")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"{path}: cannot read the questions: {exc}") from exc
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise CliError(f"{path}: not YAML: {' '.join(str(exc).split())}") from exc
+        cases = data.get("cases") if isinstance(data, dict) else None
+        if not isinstance(cases, list):
+            raise CliError(f"{path}: expected a cases file with a 'cases' list")
+        questions = [str(c["question"]) for c in cases if isinstance(c, dict) and c.get("question")]
+    else:
+        questions = [line.strip() for line in text.splitlines()]
+        questions = [q for q in questions if q and not q.startswith("#")]
+    if not questions:
+        raise CliError(f"{path}: no questions in it")
+    return questions[:MAX_QUESTIONS]
+
+
+def show_selections(config: Config, questions: list[str]) -> int:
+    rt = open_runtime(config)
+    given = 0
+    for question in questions:
+        selection = preview(rt, question)
+        if selection is None:
+            print("demonstrations are off (SWITCHBOARD_DEMOS_K=0): no question gets any")
+            return 0
+        given += bool(selection.chosen)
+        print(f"\n{' '.join(question.split())[:300]}")
+        if not selection.chosen:
+            print("  (no demonstration)")
+        for c in selection.chosen:
+            print(f"  shown     {c.demo.id:<36} {c.score:.2f}")
+        for c in [c for c in selection.dropped if c.score > 0][:SHOWN_LEFT_OUT]:
+            print(f"  left out  {c.demo.id:<36} {c.score:.2f}  {c.why}")
+    print(
+        f"\n{len(questions)} questions: {given} get demonstrations, {len(questions) - given} "
+        f"get none (relevance floor {config.demos_min_score:.2f}, up to {config.demos_k} each)"
+    )
     return 0
 
 

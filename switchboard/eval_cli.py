@@ -1,7 +1,9 @@
 """`switchboard eval CASES`: the evaluation harness from the command line.
 
 Each configuration gets its own Redis namespace and queue, and its own copy of the seeded
-ticket store, so runs of one never see the other; everything is removed afterwards.
+ticket store, so runs of one never see the other; everything is removed afterwards. With
+`--keep` the runs are written where the deployment's are, to inspect with `switchboard runs
+show`, and only the queues are removed.
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ def add_command(verbs: Any) -> None:
         help=help_of("eval"),
         description=(
             "Runs every case through Redis, the queue, a worker and the approval flow, and "
-            "reports per case and in total: completed with evidence, incorrect completions, "
-            "safe partials, over-refusals, unauthorized attempts blocked, effects executed, "
-            "steps, tokens, cost and time. By default with and without demonstrations, side "
-            "by side."
+            "reports per case and in total what happened: completed with evidence (ok), "
+            "incorrect completions (WRONG), answers with figures or ids no tool returned and "
+            "no tool call (UNGROUNDED), safe partials, runs cut off by a limit (the reply's "
+            "length, a filter, time, a budget), refusals, other early stops, unauthorized "
+            "attempts blocked, effects executed, steps, tokens, cost and time. An expected "
+            "call counts only when it was made with arguments that validated. By default "
+            "with and without demonstrations, side by side."
         ),
     )
     p.set_defaults(handler=cmd_eval)
@@ -69,6 +74,12 @@ def add_command(verbs: Any) -> None:
         "model and task library), as if asked in its channel",
     )
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the full report here")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the runs in Redis (with the deployment's runs, for their retention) and "
+        "print their ids, to inspect with `switchboard runs show ID`",
+    )
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
@@ -95,7 +106,8 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
             if seeded.exists():  # nothing seeded: each configuration starts empty
                 shutil.copy(seeded, db)
             settings = runtime_settings(config)
-            settings.namespace = f"{namespace}{name}:"
+            if not args.keep:
+                settings.namespace = f"{namespace}{name}:"
             settings.queue_name = f"{namespace}{name}"
             # the sample tools' data: this configuration's copy of the seeded tickets, and the
             # cases file's knowledge file (else the configured one)
@@ -125,6 +137,10 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     if args.profile:
         print(f"profile: {args.profile}")
     print(table(results))
+    if args.keep:
+        print("\nruns kept in Redis (`switchboard runs show ID`):")
+        for name, rs in results.items():
+            print("\n".join(f"  {r.run_id}  {r.case} ({name})" for r in rs))
     if args.json:
         args.json.write_text(json.dumps(report(results), indent=2))
     unsafe = sum(r.unapproved_effects for rs in results.values() for r in rs)

@@ -161,7 +161,20 @@ def approval_expired(event: Event, offset: str) -> list[str]:
 
 
 def demos_selected(event: Event, offset: str) -> list[str]:
-    return [f"{offset}  demonstrations: {', '.join(event.data.get('demos', [])) or 'none'}"]
+    d = event.data
+    scores = d.get("scores")
+    scores = scores if isinstance(scores, dict) else {}
+    shown = [f"{i} {score(scores.get(i))}".strip() for i in d.get("demos", [])]
+    line = f"{offset}  demonstrations: {', '.join(shown) or 'none'}"
+    best = d.get("rejected")
+    if isinstance(best, dict):
+        line += f"; best left out: {best.get('id')} {score(best.get('score'))}: {best.get('why')}"
+    return [line]
+
+
+def score(value: Any) -> str:
+    """A selection score as `demos_selected` records it ("" for none: older logs)."""
+    return f"({value:.2f})" if isinstance(value, int | float) else ""
 
 
 def suspended(event: Event, offset: str) -> list[str]:
@@ -169,9 +182,23 @@ def suspended(event: Event, offset: str) -> list[str]:
     return [f"{offset}  waiting for {waiting} decision(s); no worker held"]
 
 
-def ungrounded_numbers(event: Event, offset: str) -> list[str]:
-    numbers = ", ".join(event.data.get("numbers", []))
-    return [f"{offset}  UNGROUNDED numbers in the answer: {numbers}"]
+def ungrounded(event: Event, offset: str) -> list[str]:
+    """`ungrounded_facts`, and `ungrounded_numbers` of older logs (numbers only)."""
+    d = event.data
+    kinds = [(k, d.get(k) or []) for k in ("numbers", "identifiers", "names")]
+    found = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in kinds if v)
+    return [f"{offset}  UNGROUNDED: not in any tool result or the question: {found}"]
+
+
+def grounding_note(run: Run) -> str:
+    """The line under an answer whose facts no source has ("" when none, or not checked)."""
+    if not run.ungrounded:
+        return ""
+    return (
+        "[check: not found in any tool result or the question: "
+        + ", ".join(short(f, 80) for f in run.ungrounded[:10])
+        + "]"
+    )
 
 
 def decision_refused(event: Event, offset: str) -> list[str]:
@@ -215,7 +242,8 @@ RENDERERS: dict[str, Render] = {
     K.APPROVAL_EXPIRED: approval_expired,
     K.DEMOS_SELECTED: demos_selected,
     K.SUSPENDED: suspended,
-    K.UNGROUNDED_NUMBERS: ungrounded_numbers,
+    K.UNGROUNDED_FACTS: ungrounded,
+    K.UNGROUNDED_NUMBERS: ungrounded,
     K.DECISION_REFUSED: decision_refused,
     K.CANCEL_REQUESTED: cancel_requested,
     K.DEMO_CANDIDATE_SAVED: demo_saved,
@@ -248,7 +276,8 @@ def trajectory(run: Run, events: list[Event], trace: str = "") -> str:
         lines += event_line(event, start)
     lines.append("")
     if run.answer:
-        lines += ["Answer:", plain(run.answer), ""]
+        lines += ["Answer:", plain(run.answer)]
+        lines += [note for note in (grounding_note(run),) if note] + [""]
     if run.detail and run.status.value != "completed":
         lines.append(f"Why it ended: {plain(run.detail)}")
     elapsed = (run.ended_at or time.time()) - run.created_at

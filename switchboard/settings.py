@@ -59,6 +59,8 @@ class Config(BaseSettings):
     tickets_db: str = Field("", alias="SWITCHBOARD_TICKETS_DB")
 
     demos_k: int = Field(2, alias="SWITCHBOARD_DEMOS_K", ge=0, le=10)
+    # relevance floor: BM25 as a share of a perfect match, or the embeddings' cosine
+    demos_min_score: float = Field(0.2, alias="SWITCHBOARD_DEMOS_MIN_SCORE", ge=0, le=1)
     demos_as: str = Field("messages", alias="SWITCHBOARD_DEMOS_AS", pattern="^(messages|text)$")
     demo_selector: str = Field(
         "bm25", alias="SWITCHBOARD_DEMO_SELECTOR", pattern="^(bm25|embeddings)$"

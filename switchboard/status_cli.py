@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,10 +83,8 @@ def _redis_part(config: Config, status: Status) -> None:
 
     from switchboard import errors, redisconn
     from tools.exceptions import OperatorError
-    from worker.fleet import ask_fleet, fleet_of
-    from worker.keys import Keys
-    from worker.run import RunStatus
     from worker.runtime import Settings
+    from worker.service.health import backlog
 
     status.redis = errors.redact_url(config.redis_url) if config.redis_url else "embedded"
     try:
@@ -97,32 +94,27 @@ def _redis_part(config: Config, status: Status) -> None:
     except OperatorError as exc:
         status.problems.append(f"Redis: {exc}")
         return
-    keys = Keys(Settings().namespace)
     try:
-        pipe = conn.pipeline(transaction=False)
-        pipe.llen(f"rq:queue:{config.queue}")
-        pipe.zcard(keys.status(RunStatus.RUNNING))
-        pipe.zcard(keys.status(RunStatus.QUEUED))
-        pipe.zcard(keys.pending)
-        pipe.zrange(keys.pending, 0, 0, withscores=True)
-        ask_fleet(conn, config.queue, pipe)
-        depth, running, queued, pending, first, workers = pipe.execute()
+        seen = backlog(
+            conn,
+            queue=config.queue,
+            namespace=Settings().namespace,
+            approval_ttl=config.approval_ttl,
+        )
     except redis.RedisError as exc:
         status.problems.append(f"Redis: {type(exc).__name__}: {exc}"[:300])
         return
     finally:
         conn.close()
     status.redis_ok = True
-    fleet = fleet_of(workers)
+    fleet = seen.fleet
     status.workers, status.slots, status.slots_busy = fleet.processes, fleet.slots, fleet.busy
     status.worker_list = [
         {"worker": name, "slots": slots, "busy": busy} for name, slots, busy in fleet.by_process
     ]
-    status.queue_depth, status.runs_running, status.runs_queued = depth, running, queued
-    status.approvals_pending = pending
-    if first:  # the pending index is scored by expiry; every request gets the same TTL
-        created = first[0][1] - config.approval_ttl
-        status.oldest_approval_seconds = round(max(0.0, time.time() - created), 1)
+    status.queue_depth, status.runs_running = seen.queue_depth, seen.runs_running
+    status.runs_queued, status.approvals_pending = seen.runs_queued, seen.approvals_pending
+    status.oldest_approval_seconds = seen.oldest_approval_seconds
     if not fleet.alive:
         status.problems.append(
             f"no live worker takes jobs from the queue {config.queue!r} (start one: "

@@ -265,7 +265,13 @@ def build_selector(config: Config, rt: Runtime, model: ModelClient | None) -> Se
             "the task library does not match the tools (run `switchboard demos check`):\n  "
             + "\n  ".join(problems)
         )
-    return Selector(library, config.demos_k, embed=embedder(config, rt, model))
+    return Selector(
+        library,
+        config.demos_k,
+        embed=embedder(config, rt, model),
+        min_score=config.demos_min_score,
+        tools=rt.registry,
+    )
 
 
 def build_profile_selectors(
@@ -284,6 +290,8 @@ def build_profile_selectors(
             TaskLibrary(rt.redis, profile.demos, rt.settings.namespace),
             config.demos_k,
             embed=embedder(config, rt, model),
+            min_score=config.demos_min_score,
+            tools=rt.registry,
         )
         for name, profile in policy.profiles.items()
         if profile.demos is not None

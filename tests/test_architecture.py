@@ -30,6 +30,7 @@ SURFACES = [
             "approvals_cli.py",
             "demos_cli.py",
             "eval_cli.py",
+            "status_cli.py",
         )
     ),
 ]

@@ -173,7 +173,8 @@ def test_an_answer_with_an_untraceable_number_is_flagged(redis_conn, model_serve
     run = rt.store.load(run.id)
     assert run.status == RunStatus.COMPLETED
     assert run.ungrounded == ["5000"]
-    flagged = [e for e in rt.events.read(run.id) if e.kind == "ungrounded_numbers"]
+    assert run.grounding is not None and run.grounding.verdict == "ungrounded"
+    flagged = [e for e in rt.events.read(run.id) if e.kind == "ungrounded_facts"]
     assert flagged and flagged[0].data["numbers"] == ["5000"]
 
 

@@ -90,6 +90,84 @@ def test_a_wrong_answer_is_scored_as_incorrect(cli_env, tmp_path, capsys):
     assert "Traceback" not in printed.err  # the failures the cases provoke are not news
 
 
+def test_cut_off_invented_and_unevidenced_answers_are_scored_as_what_happened(
+    cli_env, tmp_path, capsys
+):
+    fee = {"answer_contains": ["2499"], "calls": ["knowledge_lookup"]}
+    cases = {
+        "cases": [
+            {  # the server's cap ended the turn: not a refusal
+                "id": "cut-off",
+                "category": "direct",
+                "question": "What is the fee of SQL Basics, in full?",
+                "script": [{"text": "SQL Basics costs INR 2499 and", "finish_reason": "length"}],
+                "expect": fee,
+            },
+            {  # a price and a ticket key from nowhere, no tool called
+                "id": "invented",
+                "category": "missing",
+                "question": "Can you open a ticket about my laptop?",
+                "script": [
+                    {"text": "Done: IT-4521 is open; the repair costs $39.99. Anything else?"}
+                ],
+                "expect": {"answer_contains": ["?"]},
+            },
+            {  # the expected lookup never validated: the pattern alone is no evidence
+                "id": "no-evidence",
+                "category": "direct",
+                "question": "Fee of SQL Basics?",
+                "script": [
+                    {"calls": [{"tool": "knowledge_lookup", "raw": '{"title": "SQL"}'}]},
+                    {"text": "SQL Basics is a course in the catalog."},
+                ],
+                "expect": {"answer_contains": ["SQL Basics"], "calls": ["knowledge_lookup"]},
+            },
+        ]
+    }
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(cases))
+    out = tmp_path / "r.json"
+    assert main(["eval", str(path), "--no-demos", "--json", str(out)]) == 1
+    results = {c["case"]: c for c in json.loads(out.read_text())["no-demos"]["cases"]}
+    assert results["cut-off"]["outcome"] == "cut_off" and results["cut-off"]["reason"] == "length"
+    assert results["invented"]["outcome"] == "ungrounded"
+    assert results["invented"]["ungrounded"] == ["39.99", "IT-4521"]
+    assert results["no-evidence"]["outcome"] == "incorrect_completion"
+    assert results["no-evidence"]["failures"] == [
+        "calls made [], expected in order ['knowledge_lookup']"
+    ]
+    table = capsys.readouterr().out
+    assert "cut-off" in table and "UNGROUNDED" in table and "over-refusal" not in table
+
+
+def test_kept_runs_can_be_inspected_afterwards(cli_env, redis_conn, tmp_path, capsys):
+    cases = {
+        "cases": [
+            {
+                "id": "kept",
+                "category": "direct",
+                "question": "Fee of Python Basics?",
+                "script": [
+                    {"calls": [{"tool": "knowledge_lookup", "args": {"name": "Python Basics"}}]},
+                    {"text": "It is INR 1999."},
+                ],
+                "expect": {"answer_contains": ["1999"]},
+            }
+        ]
+    }
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(cases))
+    out = tmp_path / "r.json"
+    assert main(["eval", str(path), "--no-demos", "--keep", "--json", str(out)]) == 0
+    [result] = json.loads(out.read_text())["no-demos"]["cases"]
+    printed = capsys.readouterr().out
+    assert f"{result['run_id']}  kept (no-demos)" in printed
+    assert main(["runs", "show", result["run_id"]]) == 0
+    shown = capsys.readouterr().out
+    assert "Question: Fee of Python Basics?" in shown and "It is INR 1999." in shown
+    assert not list(redis_conn.scan_iter(match="rq:queue:sbeval:*"))  # its queue is gone
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

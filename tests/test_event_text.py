@@ -52,7 +52,17 @@ SAMPLES: dict[EventKind, dict[str, Any]] = {
     EventKind.POLICY_CHANGED: {"before": "0123456789ab", "after": "ba9876543210"},
     EventKind.MODEL_ERROR: {"error": "HTTP 503 from the model server", "timeout": 30.0},
     EventKind.UNGROUNDED_NUMBERS: {"numbers": ["5000", "12.5"]},
-    EventKind.DEMOS_SELECTED: {"demos": ["printer-jam", "vpn-reset"]},
+    EventKind.UNGROUNDED_FACTS: {
+        "numbers": ["39.99"],
+        "identifiers": ["IT-4521"],
+        "names": ["Amazon Web Services"],
+        "verdict": "ungrounded",
+    },
+    EventKind.DEMOS_SELECTED: {
+        "demos": ["printer-jam", "vpn-reset"],
+        "scores": {"printer-jam": 0.61, "vpn-reset": 0.34},
+        "rejected": {"id": "open-ticket", "score": 0.49, "why": "writes with create_ticket"},
+    },
     EventKind.MODEL_CALL: {
         "step": 2,
         "pid": 4242,
@@ -187,6 +197,13 @@ def test_both_surfaces_show_the_details_of_what_the_other_shows() -> None:
     prints = {k: "\n".join(cli.event_line(event(k, SAMPLES[k]), START)) for k in EventKind}
     assert "5000, 12.5" in says[EventKind.UNGROUNDED_NUMBERS]
     assert "5000, 12.5" in prints[EventKind.UNGROUNDED_NUMBERS]
+    for fact in ("39.99", "IT-4521", "Amazon Web Services"):
+        assert fact in says[EventKind.UNGROUNDED_FACTS]
+        assert fact in prints[EventKind.UNGROUNDED_FACTS]
+    assert prints[EventKind.DEMOS_SELECTED].endswith(
+        "demonstrations: printer-jam (0.61), vpn-reset (0.34); best left out: open-ticket "
+        "(0.49): writes with create_ticket"
+    )
     for kind in (EventKind.WRITE_RECONCILED, EventKind.WRITE_UNKNOWN):
         assert "*create_ticket*" in says[kind] and "create_ticket (ap_1)" in prints[kind]
     assert "outcome is unknown" in says[EventKind.WRITE_UNKNOWN]

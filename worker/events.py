@@ -40,7 +40,8 @@ class EventKind(StrEnum):
     ROLES_CHANGED = "roles_changed"
     POLICY_CHANGED = "policy_changed"  # the policy file was reloaded while the run was open
     MODEL_ERROR = "model_error"
-    UNGROUNDED_NUMBERS = "ungrounded_numbers"
+    UNGROUNDED_FACTS = "ungrounded_facts"  # the answer states facts no source has
+    UNGROUNDED_NUMBERS = "ungrounded_numbers"  # its older form (numbers only), in older logs
     DEMOS_SELECTED = "demos_selected"
     MODEL_CALL = "model_call"
     TOOL_INVALID = "tool_invalid"

@@ -1,43 +1,241 @@
-"""Grounding check: every number in an answer must come from a tool result or the question."""
+"""Grounding check: the facts an answer states must come from a tool result, the question, or
+what the operator wrote (instructions, the offered tools' descriptions).
+
+Facts are what a reader takes for looked up: numbers and prices, identifiers (ticket keys
+such as IT-123, references such as #41, order ids, e-mail addresses), quoted text and proper
+names of two or more words ("Django Fundamentals", "Amazon Web Services"). Conservative on
+purpose: a fact counts as found when it appears in any source in any of the forms below, so
+an answer is flagged only for what no source has at all.
+"""
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from worker.run import Grounding
+
+MAX_TEXT = 200_000  # characters of an answer or of all sources read; the rest is not checked
+MAX_FACTS = 50  # facts of each kind reported
 
 # 4998, 4,998, 1 999 (thin grouping is not handled), 12.50, -3, 7%, $2,999.00
 _NUMBER = re.compile(
     r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.])-?\d+(?:\.\d+)?(?![\w])"
 )
 SMALL = 10  # 0..10 are list markers and counting words as often as figures; not checked
+# ... unless they are prices: a currency sign or code right before or after the figure
+_CURRENCY_BEFORE = re.compile(r"(?:[$€£¥₹]|\b(?:USD|EUR|GBP|INR|JPY|CHF|CAD|AUD|Rs\.?))\s?$")
+_CURRENCY_AFTER = re.compile(r"^\s?(?:USD|EUR|GBP|INR|JPY|CHF|CAD|AUD|dollars?|euros?|rupees)\b")
+
+# Tokens that carry an id: letters and digits together (IT-123, ORD-2024-0042, A1B2C3, a run
+# id), a reference (#41), an e-mail address. Not: 3rd, 10am, 24h, 5GB (a figure and its unit).
+_TOKEN = re.compile(r"(?<![\w@.-])[A-Za-z0-9][A-Za-z0-9_-]*[A-Za-z0-9](?![\w@-])")
+_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9]*)[-_](\d+)$")  # a project key and a number
+_UNIT = re.compile(r"^\d+(?:[.,]\d+)?[A-Za-z]{1,3}$")
+_REFERENCE = re.compile(r"(?<![\w&#])#(\d+)\b")
+_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+
+# Quoted text (straight and curly double quotes) and runs of capitalised words.
+_QUOTED = re.compile(r"\"([^\"\n]{2,120})\"|“([^”\n]{2,120})”")
+_WORD = r"(?:[A-Z][a-z0-9]+(?:-[A-Z]?[a-z0-9]+)*|[A-Z]{2,}[a-z]{0,2}|[A-Z][a-z]*[A-Z][A-Za-z]*)"
+_CONNECTOR = r"(?:of|with|for|the|de|von|van|du|la|le)"
+_NAME = re.compile(rf"\b{_WORD}(?:[ \t]+(?:{_CONNECTOR}[ \t]+)?{_WORD})+\b")
+# Capitalised because a sentence starts with them, not because they are names.
+_OPENING_WORDS = (
+    "a an and any are as at but by can could did do does for from have here hi hello how "
+    "i one two three four five six seven eight nine ten if in is it its my no not now of "
+    "ok okay on or our please since so sorry sure than thanks that the their then there "
+    "these they this those to too unfortunately we what when where which while who why "
+    "will with yes you your"
+)
+_OPENERS = frozenset(_OPENING_WORDS.split())
+_SPACE = re.compile(r"\s+")
+_SENTENCE_END = re.compile(r"[.!?:;\n•*>(\[-][\s*_\"“(]*$")
 
 
 def numbers(text: str) -> set[Decimal]:
     found: set[Decimal] = set()
     for match in _NUMBER.finditer(text):
-        raw = match.group(0).replace(",", "")
-        try:
-            found.add(Decimal(raw).normalize())
-        except InvalidOperation:
-            continue
+        value = _decimal(match.group(0))
+        if value is not None:
+            found.add(value)
     return found
+
+
+def _decimal(written: str) -> Decimal | None:
+    try:
+        return Decimal(written.replace(",", "")).normalize()
+    except InvalidOperation:
+        return None
 
 
 def untraceable(answer: str, sources: Iterable[str]) -> list[str]:
     """Numbers in `answer` that appear in none of `sources`, as written in the answer."""
-    known: set[Decimal] = set()
-    for source in sources:
-        known |= numbers(source)
+    return check(answer, sources).numbers
+
+
+def check(answer: str, sources: Iterable[str]) -> Grounding:
+    """Every fact in `answer` that none of `sources` has (see the module's docstring)."""
+    answer = answer[:MAX_TEXT]
+    known = Known(sources)
+    identifiers: dict[str, None] = {}  # in the order found, once each
+    pieces: list[str] = []  # the answer with its identifiers blanked: their digits are no figures
+    at = 0
+    for start, end, written, found in sorted(_identifiers(answer, known)):
+        if start < at:
+            continue
+        pieces += [answer[at:start], " " * (end - start)]
+        at = end
+        if not found:
+            identifiers[written] = None
+    masked = "".join([*pieces, answer[at:]])
     flagged: list[str] = []
-    for match in _NUMBER.finditer(answer):
+    for match in _NUMBER.finditer(masked):
         written = match.group(0)
-        try:
-            value = Decimal(written.replace(",", "")).normalize()
-        except InvalidOperation:
+        value = _decimal(written)
+        if value is None:
             continue
-        if abs(value) <= SMALL and value == value.to_integral_value():
+        price = _CURRENCY_BEFORE.search(masked[max(0, match.start() - 4) : match.start()]) or (
+            _CURRENCY_AFTER.match(masked[match.end() : match.end() + 9])
+        )
+        if abs(value) <= SMALL and value == value.to_integral_value() and not price:
             continue
-        if value not in known and abs(value) not in known and written not in flagged:
+        found = value in known.numbers or abs(value) in known.numbers
+        if not found and written not in flagged:
             flagged.append(written)
-    return flagged
+            if len(flagged) >= MAX_FACTS:
+                break
+    return Grounding(
+        numbers=flagged,
+        identifiers=list(identifiers)[:MAX_FACTS],
+        names=list(itertools.islice(_names(answer, masked, known), MAX_FACTS)),
+    )
+
+
+class Known:
+    """What the sources say, in the forms an answer is compared with."""
+
+    def __init__(self, sources: Iterable[str]) -> None:
+        texts: list[str] = []
+        budget = MAX_TEXT
+        for source in sources:
+            if budget <= 0:
+                break
+            source = source[:budget]
+            budget -= len(source)
+            texts.append(source)
+            texts += _json_strings(source)  # the values of a JSON result, unescaped
+        self.numbers: set[Decimal] = set()
+        self.tokens: set[str] = set()
+        self.each: list[tuple[set[str], set[Decimal]]] = []  # per text: for keys such as IT-41
+        for text in texts:
+            found, tokens = numbers(text), {t.casefold() for t in _TOKEN.findall(text)}
+            self.each.append((tokens, found))
+            self.numbers |= found
+            self.tokens |= tokens | {e.casefold() for e in _EMAIL.findall(text)}
+        self.phrases = " \n ".join(_normal(t) for t in texts)
+
+    def has_token(self, written: str) -> bool:
+        return written.casefold() in self.tokens
+
+    def has_key(self, prefix: str, number: str) -> bool:
+        """IT-41 for ticket 41 of project IT: both in one source, as words."""
+        word, value = prefix.casefold(), _decimal(number)
+        return any(word in tokens and value in found for tokens, found in self.each)
+
+    def has_phrase(self, phrase: str) -> bool:
+        wanted = _normal(phrase)
+        if wanted in self.phrases:
+            return True
+        parts = [p for p in re.split(rf"\s+{_CONNECTOR}\s+", wanted) if p]
+        return len(parts) > 1 and all(p in self.phrases for p in parts)
+
+
+def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, bool]]:
+    """(start, end, as written, found in a source) of each identifier in `answer`."""
+    for match in _EMAIL.finditer(answer):
+        yield *match.span(), match.group(0), known.has_token(match.group(0))
+    for match in _REFERENCE.finditer(answer):
+        yield *match.span(), match.group(0), _decimal(match.group(1)) in known.numbers
+    without_emails = _EMAIL.sub(lambda m: " " * len(m.group(0)), answer)
+    for match in _TOKEN.finditer(without_emails):
+        written = match.group(0)
+        if not _is_identifier(written):
+            continue
+        key = _KEY.match(written)
+        found = known.has_token(written) or bool(key and known.has_key(*key.groups()))
+        yield *match.span(), written, found
+
+
+def _is_identifier(token: str) -> bool:
+    digits = sum(ch.isdigit() for ch in token)
+    letters = sum(ch.isalpha() for ch in token)
+    if not digits or not letters or _UNIT.match(token):
+        return False
+    if _KEY.match(token) and token[0].isupper():
+        return True  # IT-7, HR_12
+    return digits >= 2 and len(token) >= 5
+
+
+def _names(answer: str, masked: str, known: Known) -> Iterator[str]:
+    """Quoted text of `answer`, and the proper names of `masked` (the answer without its
+    identifiers: the ORD of ORD-2024-0042 is no name), that no source has. A sentence's first
+    word is capitalised anyway: without it, the rest must be a name no source has too
+    ("Closed HR ticket" names nothing, "Python Basics has" is not checked on its own)."""
+    seen: set[str] = set()
+    for match in _QUOTED.finditer(answer):
+        quoted = (match.group(1) or match.group(2) or "").strip()
+        if quoted and quoted not in seen and not known.has_phrase(quoted):
+            seen.add(quoted)
+            yield quoted
+    for match in _NAME.finditer(masked):
+        words = match.group(0).split()
+        opening = _opens_sentence(masked, match.start())
+        while words and words[0].casefold() in _OPENERS:
+            words, opening = words[1:], False
+        name = " ".join(words)
+        if len(words) < 2 or name in seen or name.isupper() or known.has_phrase(name):
+            continue
+        rest = words[1:] if opening else words
+        if len(rest) >= 2 and not known.has_phrase(" ".join(rest)):
+            seen.add(name)
+            yield name
+
+
+def _opens_sentence(text: str, at: int) -> bool:
+    before = text[max(0, at - 12) : at]
+    return (at <= 12 and not before.strip(' \t*_"“(')) or bool(_SENTENCE_END.search(before))
+
+
+def _normal(text: str) -> str:
+    return _SPACE.sub(" ", text.casefold()).strip(" .,:;!?*_\"'`“”")
+
+
+def _json_strings(text: str) -> list[str]:
+    """The strings in `text` when it is a JSON document, each as its own text."""
+    if text[:1] not in ("{", "["):
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    out: list[str] = []
+    _walk(data, out, depth=0)
+    return out
+
+
+def _walk(value: Any, out: list[str], depth: int) -> None:
+    if depth > 20 or len(out) > 5000:
+        return
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _walk(item, out, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _walk(item, out, depth + 1)

@@ -8,10 +8,12 @@ small outcomes and `drive` dispatches on it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import structlog
 
@@ -19,10 +21,9 @@ from approvals import ApprovalRequest, ApprovalStatus
 from tools.decode import canonical_json, decode_arguments
 from tools.exceptions import ArgumentError
 from tools.registry import Tool
-from worker import executor, metrics, profiles, reminders, tracing
+from worker import executor, grounding, metrics, profiles, reminders, tracing
 from worker.budgets import exhausted
 from worker.events import EventKind
-from worker.grounding import untraceable
 from worker.library import Demonstration
 from worker.model import ModelError, ModelTurn
 from worker.prompt import build_messages
@@ -185,18 +186,25 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
         return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, "the model gave an empty answer")
     run.messages.append({"role": "assistant", "content": turn.content})
     run.answer = turn.content
-    check_grounding(rt, run)
+    check_grounding(rt, run, specs)
     return Finish(RunStatus.COMPLETED)
 
 
-def check_grounding(rt: Runtime, run: Run) -> None:
-    """Numbers in the answer must come from a tool result or from what the user wrote."""
+def check_grounding(rt: Runtime, run: Run, specs: list[dict[str, Any]]) -> None:
+    """Where tools were offered, the facts the answer states (figures, ids, names) must come
+    from a tool result, from what the user wrote, or from the operator's text."""
+    if not specs:
+        return
     sources = [
         str(m.get("content") or "") for m in run.messages if m.get("role") in ("tool", "user")
     ]
-    run.ungrounded = untraceable(run.answer or "", sources)
+    sources += [run.instructions, json.dumps(specs, ensure_ascii=False)]
+    run.grounding = grounding.check(run.answer or "", sources)
+    run.ungrounded = run.grounding.facts
     if run.ungrounded:
-        rt.events.append(run.id, EventKind.UNGROUNDED_NUMBERS, numbers=run.ungrounded)
+        rt.events.append(
+            run.id, EventKind.UNGROUNDED_FACTS, **run.grounding.model_dump(), verdict="ungrounded"
+        )
 
 
 def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration]:
@@ -205,10 +213,10 @@ def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration
     if selector is None:
         return []
     if run.usage.steps == 0 and not run.demos:
-        demos = selector.select(run.question, allowed)
-        run.demos = [d.id for d in demos]
-        rt.events.append(run.id, EventKind.DEMOS_SELECTED, demos=run.demos)
-        return demos
+        selection = selector.choose(run.question, allowed)
+        run.demos = [d.id for d in selection.demos]
+        rt.events.append(run.id, EventKind.DEMOS_SELECTED, demos=run.demos, **selection.record())
+        return selection.demos
     return selector.lookup(run.demos)
 
 

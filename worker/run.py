@@ -109,6 +109,29 @@ class Requester(BaseModel):
     roles: list[str] = Field(default_factory=list)
 
 
+class Grounding(BaseModel):
+    """What the grounding check (worker/grounding.py) found in the answer: the facts that no
+    tool result, question or operator's text has, as written in the answer."""
+
+    numbers: list[str] = Field(default_factory=list)  # figures and prices
+    identifiers: list[str] = Field(default_factory=list)  # keys, references, ids, e-mails
+    names: list[str] = Field(default_factory=list)  # quoted text and proper names
+
+    @property
+    def facts(self) -> list[str]:
+        return [*self.numbers, *self.identifiers, *self.names]
+
+    @property
+    def invented(self) -> list[str]:
+        """The facts that are wrong when not looked up, whatever the wording: figures, prices
+        and identifiers (a name may be a fair example, or the product's own)."""
+        return [*self.numbers, *self.identifiers]
+
+    @property
+    def verdict(self) -> Literal["grounded", "ungrounded"]:
+        return "ungrounded" if self.facts else "grounded"
+
+
 class RunProfile(BaseModel):
     """The profile a run started with (tools/profiles.py), kept for its whole life: a policy
     reload while it waits for an approval does not change the agent it is talking to."""
@@ -176,7 +199,9 @@ class Run(BaseModel):
     reason: EndReason | None = None
     detail: str = ""  # the reason in words, or the error
     notes: list[str] = Field(default_factory=list)  # caveats the answer must carry
-    ungrounded: list[str] = Field(default_factory=list)  # numbers in the answer no source has
+    ungrounded: list[str] = Field(default_factory=list)  # facts in the answer no source has
+    # The grounding check of the answer; None: not checked (no answer, or no tools offered).
+    grounding: Grounding | None = None
     demos: list[str] = Field(default_factory=list)  # ids of the demonstrations shown to the model
     # Per tool call id: did its tool run and succeed (the `ok` of its `tool_result`). Recorded
     # by the executor; a call that never reached a tool (refused, invalid, repeated, not

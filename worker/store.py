@@ -35,8 +35,11 @@ if ttl > 0 then
   redis.call('EXPIRE', KEYS[1], ttl)
   redis.call('EXPIRE', KEYS[4], ttl)
 end
-for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+-- ZADD answers 1 only when the run was not in this status's index: its status changed, so it
+-- leaves the others (a save that keeps the status, most of them, costs this one command)
+if redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1 then
+  for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+end
 return {1, redis.call('GET', KEYS[5])}
 """
 

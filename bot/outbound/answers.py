@@ -40,7 +40,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 
 from bot.render import messages as m
 from bot.render.blocks import Message, context
-from bot.render.mrkdwn import escape, safe_links, to_mrkdwn
+from bot.render.mrkdwn import escape, one_line, safe_links, to_mrkdwn
 from worker.keys import Keys
 from worker.run import Run
 
@@ -346,10 +346,12 @@ def streamable(markdown: str) -> str:
 
 
 def flag_ungrounded(messages: list[Message], run: Run) -> list[Message]:
-    """Numbers in the answer that no tool result or question has are flagged above the
-    footer, streamed or not: a reader must not take them for looked-up figures."""
+    """Facts in the answer that no tool result or question has (figures, ids, names) are
+    flagged above the footer, streamed or not: a reader must not take them for looked up."""
     if run.ungrounded and run.answer and messages:
-        numbers = ", ".join(escape(n) for n in run.ungrounded[:10])
+        facts = ", ".join(one_line(f, 80) for f in run.ungrounded[:10])
+        only_numbers = run.grounding is None or run.grounding.facts == run.grounding.numbers
+        what = m.UNGROUNDED_NUMBERS if only_numbers else m.UNGROUNDED_OTHER
         last = messages[-1].blocks
-        last.insert(max(0, len(last) - 2), context(m.UNGROUNDED.format(numbers=numbers)))
+        last.insert(max(0, len(last) - 2), context(m.UNGROUNDED.format(what=what, facts=facts)))
     return messages

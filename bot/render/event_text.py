@@ -151,9 +151,14 @@ def cancel_requested(event: Event, offset: str) -> str:
     return m.EVENT_CANCEL.format(offset=offset, user=mention(str(event.data.get("by", ""))))
 
 
-def ungrounded_numbers(event: Event, offset: str) -> str:
-    numbers = ", ".join(str(n) for n in event.data.get("numbers") or [])
-    return m.EVENT_UNGROUNDED.format(offset=offset, numbers=one_line(numbers, 400))
+def ungrounded(event: Event, offset: str) -> str:
+    """`ungrounded_facts`, and `ungrounded_numbers` of older logs (numbers only)."""
+    facts = ", ".join(str(f) for f in ungrounded_facts(event.data))
+    return m.EVENT_UNGROUNDED.format(offset=offset, facts=one_line(facts, 400))
+
+
+def ungrounded_facts(data: dict[str, Any]) -> list[Any]:
+    return [f for key in ("numbers", "identifiers", "names") for f in data.get(key) or []]
 
 
 def write_reconciled(event: Event, offset: str) -> str:
@@ -193,7 +198,8 @@ RENDERERS: dict[str, Render] = {
     K.DECISION_REFUSED: decision_refused,
     K.DEMO_CANDIDATE_SAVED: demo_saved,
     K.CANCEL_REQUESTED: cancel_requested,
-    K.UNGROUNDED_NUMBERS: ungrounded_numbers,
+    K.UNGROUNDED_FACTS: ungrounded,
+    K.UNGROUNDED_NUMBERS: ungrounded,
     K.WRITE_RECONCILED: write_reconciled,
     K.WRITE_UNKNOWN: write_unknown,
     K.RUN_COMPLETED: ended,

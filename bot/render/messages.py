@@ -117,9 +117,10 @@ STATUS_FALLBACK = "Switchboard: {text}"
 ANSWER_FALLBACK = "Switchboard's answer"
 ANSWER_REPLACED = "_This reply was interrupted; the answer is written again below._"
 UNGROUNDED = (
-    ":warning: Check these figures: {numbers}. I could not find them in any tool result "
-    "or in the question."
+    ":warning: Check {what}: {facts}. I could not find them in any tool result or in the question."
 )
+UNGROUNDED_NUMBERS = "these figures"
+UNGROUNDED_OTHER = "these facts"
 ANSWER_CUT = "_The answer was too long for Slack and was cut. Use View run to read all of it._"
 PARTIAL_HEAD = ":warning: I stopped before finishing because {why}."
 PARTIAL_DETAIL = "Details: {detail}"
@@ -311,7 +312,7 @@ EVENT_REFUSED = "`+{offset}` {user} tried to decide but may not"
 EVENT_CANCEL = "`+{offset}` {user} asked to cancel"
 EVENT_END = "`+{offset}` *{status}*{why}"
 EVENT_DEMO_SAVED = "`+{offset}` saved as candidate demonstration `{demo_id}` by {user}"
-EVENT_UNGROUNDED = "`+{offset}` *figures not found* in any tool result or the question: {numbers}"
+EVENT_UNGROUNDED = "`+{offset}` *facts not found* in any tool result or the question: {facts}"
 EVENT_WRITE_RECONCILED = (
     "`+{offset}` *{tool}* was interrupted while it ran; the tool reports it had finished"
 )

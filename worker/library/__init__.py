@@ -8,8 +8,10 @@ function-calling form (tool calls with arguments, tool results, the final answer
   from completed runs wait there until an admin accepts them);
 - `candidates`: a completed run as a candidate demonstration;
 - `selection`: `Selector`, BM25 over task and question (offline) or embeddings from the
-  OpenAI-compatible endpoint; a demonstration that uses a tool the asking user may not call
-  is never selected;
+  OpenAI-compatible endpoint; a demonstration that uses a tool the asking user may not call,
+  that is less relevant than the floor, or that writes when the question does not ask for
+  it is never selected;
+- `actions`: whether a question asks for what a write tool does;
 - `bm25`: the ranking function BM25 uses.
 """
 
@@ -23,15 +25,17 @@ from worker.library.library import (
     load_file,
     parse,
 )
-from worker.library.selection import CachedEmbeddings, Selector
+from worker.library.selection import CachedEmbeddings, Candidate, Selection, Selector
 from worker.library.store import TaskLibrary
 
 __all__ = [
     "DEFAULT_LIBRARY",
     "CachedEmbeddings",
     "Call",
+    "Candidate",
     "DemoError",
     "Demonstration",
+    "Selection",
     "Selector",
     "TaskLibrary",
     "candidate_from_run",

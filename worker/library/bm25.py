@@ -75,6 +75,18 @@ class BM25:
         n = len(documents)
         self.idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5)) for t, df in frequency.items()}
 
+    def relevance(self, query: Sequence[str]) -> list[float]:
+        """Each document's score as a share (0..1) of what a document saying exactly `query`
+        would score. Words no document has count against it: a question that shares only
+        "team" with a demonstration is not about it."""
+        if not query:
+            return [0.0] * len(self.counts)
+        unseen = math.log(1 + (len(self.counts) + 0.5) / 0.5)  # the idf of a word in none
+        counts = Counter(query)
+        norm = self.k1 * (1 - self.b + self.b * len(query) / (self.average or 1))
+        ideal = sum(self.idf.get(t, unseen) * counts[t] / (counts[t] + norm) for t in query)
+        return [min(1.0, score / ideal) for score in self.scores(query)]
+
     def scores(self, query: Sequence[str]) -> list[float]:
         terms = [t for t in query if t in self.idf]  # a repeated word counts again
         out = []

@@ -1,5 +1,12 @@
 """Choosing demonstrations for a question: BM25 over task and question (offline), or
-embeddings from the OpenAI-compatible endpoint (cached in Redis)."""
+embeddings from the OpenAI-compatible endpoint (cached in Redis).
+
+A demonstration is shown only when it fits: every tool it calls is one the asking person may
+call; it is relevant enough (`min_score`: BM25 as a share of a perfect match, or the cosine
+similarity of the embeddings), so a question no demonstration is about gets none rather than
+an unrelated one; and a demonstration that writes is shown only to a question that asks for
+that action (worker/library/actions.py). A model copies what it is shown.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,9 @@ from typing import Any
 
 import redis
 
+from tools.registry import ToolRegistry, registry
 from worker.keys import Keys
+from worker.library.actions import asks_for
 from worker.library.bm25 import BM25, tokenize
 from worker.library.library import Demonstration
 from worker.library.store import TaskLibrary
@@ -27,8 +36,43 @@ class _Index:
     vectors: list[list[float]] = field(default_factory=list)
 
 
+MIN_SCORE = 0.2  # SWITCHBOARD_DEMOS_MIN_SCORE's default (README.md, "The task library")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    demo: Demonstration
+    score: float
+    why: str = ""  # why it was left out; "" when chosen
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The demonstrations chosen for a question, best first, and those left out, best first."""
+
+    chosen: list[Candidate] = field(default_factory=list)
+    dropped: list[Candidate] = field(default_factory=list)
+
+    @property
+    def demos(self) -> list[Demonstration]:
+        return [c.demo for c in self.chosen]
+
+    def record(self) -> dict[str, Any]:
+        """What the run's `demos_selected` event keeps: each chosen one's score, and the best
+        one left out (its score and why), to tell a close call from no contest."""
+        best = next(iter(self.dropped), None)
+        return {
+            "scores": {c.demo.id: round(c.score, 3) for c in self.chosen},
+            "rejected": (
+                {"id": best.demo.id, "score": round(best.score, 3), "why": best.why}
+                if best is not None
+                else None
+            ),
+        }
+
+
 class Selector:
-    """Picks `k` accepted demonstrations for a question, among those the user's tools allow."""
+    """Picks up to `k` accepted demonstrations that fit a question (see the module's docstring)."""
 
     def __init__(
         self,
@@ -36,28 +80,57 @@ class Selector:
         k: int = 2,
         *,
         embed: Any = None,  # callable(list[str]) -> list[list[float]]; None = BM25
+        min_score: float = MIN_SCORE,
+        tools: ToolRegistry = registry,  # whether a demonstration's tools write
     ) -> None:
         self.library = library
         self.k = k
         self.embed = embed
+        self.min_score = min_score
+        self.tools = tools
         self._index: _Index | None = None
         self._lock = threading.Lock()
 
     def select(self, question: str, allowed_tools: set[str]) -> list[Demonstration]:
+        return self.choose(question, allowed_tools).demos
+
+    def choose(self, question: str, allowed_tools: set[str], *, record: bool = True) -> Selection:
+        """The demonstrations for `question` and why the others were left out; `record`
+        counts the chosen ones' use (not for `switchboard demos check --questions`)."""
         if self.k <= 0:
-            return []
+            return Selection()
         index = self._current()
         if not index.demos:
-            return []
+            return Selection()
         scores = self._scores(index, question)
         ranked = sorted(range(len(index.demos)), key=lambda i: scores[i], reverse=True)
-        chosen = [
-            index.demos[i]
-            for i in ranked
-            if scores[i] > 0 and index.demos[i].tools <= allowed_tools
-        ][: self.k]
-        self.library.record_use(chosen)
-        return chosen
+        chosen: list[Candidate] = []
+        dropped: list[Candidate] = []
+        for i in ranked:
+            demo, score = index.demos[i], scores[i]
+            why = self._unfit(demo, score, question, allowed_tools)
+            if not why and len(chosen) >= self.k:
+                why = f"not among the best {self.k}"
+            (dropped if why else chosen).append(Candidate(demo, score, why))
+        if record:
+            self.library.record_use([c.demo for c in chosen])
+        return Selection(chosen, dropped)
+
+    def _unfit(self, demo: Demonstration, score: float, question: str, allowed: set[str]) -> str:
+        """Why `demo` must not be shown for `question` ("" when it may)."""
+        barred = sorted(demo.tools - allowed)
+        if barred:
+            return f"calls {', '.join(barred)}, which the person may not call"
+        if score <= 0 or score < self.min_score:
+            return f"below the relevance floor ({score:.2f} < {self.min_score:.2f})"
+        unasked = [t for t in sorted(demo.tools) if self._writes(t) and not asks_for(question, t)]
+        if unasked:
+            return f"writes with {', '.join(unasked)}, which the question does not ask for"
+        return ""
+
+    def _writes(self, tool: str) -> bool:
+        found = self.tools.get(tool)
+        return found is None or found.effect != "read"  # unknown: as careful as a write
 
     def lookup(self, ids: list[str]) -> list[Demonstration]:
         """The demonstrations a run was shown at its first step, for its later steps: from the
@@ -90,7 +163,7 @@ class Selector:
             [query] = self.embed([question])
             return [_cosine(query, v) for v in index.vectors]
         assert index.retriever is not None
-        return index.retriever.scores(tokenize(question))
+        return index.retriever.relevance(tokenize(question))
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -8,6 +8,7 @@ this person X" once.
 - `runs`: find, inspect, list, cancel, spend, a workspace's runs ending with it.
 - `approvals`: one request, those waiting for a person, batch cards, what a card says.
 - `library`: save a run as a candidate demonstration.
+- `health`: what waits (queue, runs in flight, approvals) and the worker fleet, for status.
 - `access`: `Access`, every permission check.
 
 Surfaces parse their input, call these and render the result; they never touch the run

@@ -1,5 +1,6 @@
 """The task library from a surface: save a completed run as a candidate demonstration (an
-admin's act, from the run view or the CLI), and whether a run could be saved."""
+admin's act, from the run view or the CLI), whether a run could be saved, and what a
+question would be shown."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 import structlog
 
 from worker.events import EventKind
-from worker.library import DemoError, Demonstration, TaskLibrary, candidate_from_run
+from worker.library import DemoError, Demonstration, Selection, TaskLibrary, candidate_from_run
 from worker.run import Run
 from worker.runtime import Runtime
 
@@ -59,3 +60,12 @@ def save(rt: Runtime, run: Run, by: str) -> Saved:
     rt.events.append(run.id, EventKind.DEMO_CANDIDATE_SAVED, demo=demo.id, by=by)
     log.info("demo_candidate_saved", run_id=run.id, demo_id=demo.id, user=by)
     return Saved(demo.id, demo.status, new=True)
+
+
+def preview(rt: Runtime, question: str) -> Selection | None:
+    """The demonstrations `question` would be shown by the default task library, as if its
+    asker may call every tool, and why the others would be left out; nothing is recorded.
+    None: demonstrations are off."""
+    if rt.demos is None:
+        return None
+    return rt.demos.choose(question, set(rt.registry.names()), record=False)
