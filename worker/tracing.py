@@ -189,11 +189,6 @@ def _pinned_ids() -> Any:
     return PinnedIds()
 
 
-def flush(timeout_ms: int = 5000) -> None:
-    if _state is not None:
-        _state.provider.force_flush(timeout_ms)
-
-
 def shutdown() -> None:
     """Export what is buffered and stop (a process's exit; the SDK does it at exit too)."""
     global _state
@@ -257,8 +252,8 @@ def advance(run: Run) -> Iterator[None]:
         with structlog.contextvars.bound_contextvars(trace_id=trace_id(run.trace)):
             yield
         span.set_attribute("switchboard.run.status", run.status.value)
-    except BaseException as exc:
-        span.record_exception(exc)
+    except BaseException as exc:  # its kind only: an error's text may quote anything
+        span.set_attribute("error.type", type(exc).__name__)
         span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
         raise
     finally:
