@@ -226,3 +226,18 @@ def test_the_trace_url_must_be_a_link_that_names_the_trace_id(monkeypatch):
         monkeypatch.setenv("SWITCHBOARD_TRACE_URL", bad)
         with pytest.raises(ValidationError, match="trace URL"):
             Config()
+
+
+def test_the_run_view_links_the_trace_where_the_operator_shows_traces():
+    from bot.render.views import run_modal
+    from tests.support.slack_bot import texts
+    from worker.run import Requester, Run
+    from worker.service.runs import TraceRef
+
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    run = Run(id="r1", question="q", requester=Requester(user_id="U1"))
+    run.trace = {"traceparent": f"00-{trace}-b7ad6b7169203331-01", "parent": "00f067aa0ba902b7"}
+    assert tracing.trace_id(run.trace) == trace
+    linked = run_modal(run, [], trace=TraceRef(trace, f"https://jaeger.example/trace/{trace}"))
+    assert f"<https://jaeger.example/trace/{trace}|{trace}>" in texts(linked["blocks"])
+    assert trace not in texts(run_modal(run, [], trace=TraceRef(trace, ""))["blocks"])
