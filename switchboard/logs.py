@@ -9,16 +9,16 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-# Never log these: they are credentials.
-_SECRET_KEYS = ("token", "secret", "api_key", "authorization", "password")
+from worker.redact import REDACTED, secret_key
 
 
 def _redact(
     _logger: object, _name: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
+    """Never log a credential: a field whose name says it is one (worker/redact.py)."""
     for key in list(event):
-        if any(part in key.lower() for part in _SECRET_KEYS):
-            event[key] = "[redacted]"
+        if secret_key(key):
+            event[key] = REDACTED
     return event
 
 

@@ -286,7 +286,8 @@ RENDERERS: dict[str, Render] = {
 }
 
 
-def trajectory(run: Run, events: list[Event]) -> str:
+def trajectory(run: Run, events: list[Event], trace: str = "") -> str:
+    """`trace`: the run's trace, as a link (SWITCHBOARD_TRACE_URL) or its id."""
     start = run.created_at
     u = run.usage
     lines = [
@@ -298,6 +299,7 @@ def trajectory(run: Run, events: list[Event]) -> str:
         f"   Demonstrations: {', '.join(run.demos) or 'none'}"
         f"   Policy: {run.policy_version or '-'}",
         f"Question: {run.question}",
+        *([f"Trace: {trace}"] if trace else []),
         "",
     ]
     for event in events:

@@ -166,8 +166,9 @@ def cmd_show(config: Config, args: argparse.Namespace) -> int:
         raise unreadable(args.run_id, exc) from None
     if run is None:
         raise CliError(f"no run {args.run_id!r} (runs are kept {config.retention_days:g} days)")
-    events = runs.inspect(rt, run).events
-    print(run_json(run, events) if args.json else trajectory(run, events))
+    seen = runs.inspect(rt, run)
+    trace = seen.trace.url or seen.trace.trace_id if seen.trace else ""
+    print(run_json(run, seen.events) if args.json else trajectory(run, seen.events, trace))
     return 0
 
 

@@ -120,6 +120,10 @@ class Config(BaseSettings):
     max_cost: float = Field(1.0, alias="SWITCHBOARD_MAX_COST", ge=0)
     max_tool_calls: int = Field(24, alias="SWITCHBOARD_MAX_TOOL_CALLS", ge=1, le=500)
     log_format: str = Field("console", alias="SWITCHBOARD_LOG_FORMAT", pattern="^(console|json)$")
+    # Traces (worker/tracing.py; OTEL_* configures the rest): Slack user ids on spans only when
+    # set, and where `runs show` and App Home link a run's trace ("{trace_id}" is replaced)
+    trace_user_ids: bool = Field(False, alias="SWITCHBOARD_TRACE_USER_IDS")
+    trace_url: str = Field("", alias="SWITCHBOARD_TRACE_URL", max_length=500)
 
     @field_validator("redis_url")
     @classmethod
@@ -144,6 +148,16 @@ class Config(BaseSettings):
         """An empty value (`SWITCHBOARD_MODEL_TEMPERATURE=`) is unset: not sent."""
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_url(cls, value: str) -> str:
+        if value and ("{trace_id}" not in value or not value.startswith(("https://", "http://"))):
+            raise ValueError(
+                "a trace URL starts with https:// and names {trace_id}, e.g. "
+                "https://jaeger.example/trace/{trace_id}"
+            )
+        return value
+
     @field_validator("slack_signing_secret_previous")
     @classmethod
     def _previous_secrets(cls, value: str) -> str:
@@ -160,6 +174,17 @@ class Config(BaseSettings):
         if value:
             read_prices(value)
         return value
+
+    @property
+    def secret_values(self) -> tuple[str, ...]:
+        """This process's own credentials, kept out of traces wherever they turn up."""
+        found = (
+            self.slack_bot_token,
+            self.slack_app_token,
+            self.openai_api_key,
+            *self.signing_secrets,
+        )
+        return tuple(s for s in found if s)
 
     @property
     def tool_settings(self) -> dict[str, str]:

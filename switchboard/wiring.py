@@ -144,6 +144,7 @@ def runtime_settings(config: Config) -> Settings:
         stream_answers=config.stream_answers,
         concurrency=config.worker_concurrency,
         tool_settings=config.tool_settings,
+        trace_url=config.trace_url,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,
             runs_per_minute=config.user_runs_per_minute,

@@ -16,7 +16,7 @@ from tools.decode import canonical_json
 from tools.exceptions import ArgumentError
 from tools.execute import Observation, execute
 from tools.registry import Tool
-from worker import metrics
+from worker import metrics, tracing
 from worker.events import EventKind
 from worker.run import Call, Run
 from worker.runtime import Runtime
@@ -56,7 +56,9 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         # the run's log context (run id) goes with the call into the pool's thread
         context = contextvars.copy_context()
         ctx = context_for(rt, run, call)
-        futures.append(rt.executor.submit(context.run, execute, tool, ctx, call.args))
+        futures.append(
+            rt.executor.submit(context.run, tracing.tool_call, call, execute, tool, ctx, call.args)
+        )
     for call, future in zip(calls, futures, strict=True):
         observation: Observation = future.result()
         call.state, call.result = "done", observation.text
@@ -110,6 +112,7 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
     assert call.args is not None
     ctx = context_for(rt, run, call, idempotency_key=request.id)
     entry = rt.ledger.begin(request.id, request.binding)
+    tracing.ledger("begin", request.id, state=entry.state.value)
     if entry.state == LedgerState.FINISHED:
         run.record_outcome(call.id, entry.ok)
         return str(entry.result)
@@ -125,8 +128,9 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
     )
     rt.events.flush(run.id)  # on record before the write starts, whatever happens next
     rt.surface(run).progress(run, f"Running {call.name} (approved)")
-    observation = execute(tool, ctx, call.args)
+    observation = tracing.tool_call(call, execute, tool, ctx, call.args)
     rt.ledger.finish(request.id, observation.ok, observation.text)
+    tracing.ledger("finish", request.id, ok=observation.ok)
     run.record_outcome(call.id, observation.ok)
     record_result(rt, run, call, observation, approval_id=request.id)
     return observation.text

@@ -9,7 +9,7 @@ from __future__ import annotations
 import structlog
 from rq import get_current_job
 
-from worker import runtime
+from worker import runtime, tracing
 from worker.audit import log_decision
 from worker.events import EventKind
 from worker.loop import Finish, drive, end
@@ -75,8 +75,9 @@ def _advance_held(rt: runtime.Runtime, run_id: str, token: str) -> str:
     if run.status.terminal:
         return run.status.value
     try:
-        if not drive(rt, run, token):
-            return HANDED_BACK
+        with tracing.advance(run):
+            if not drive(rt, run, token):
+                return HANDED_BACK
     except LeaseLost:
         log.warning("advance_lease_lost", run_id=run_id)
         return "lost"
@@ -101,6 +102,7 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
     )
     log_decision(decision.request, "expiry")  # nobody decided in time: denied
     run = rt.store.find(request.run_id)
+    tracing.approval_decided(decision.request, lambda: run.trace if run is not None else {})
     if run is not None:
         rt.surface(run).approval_resolved(run, decision.request)
     rt.enqueue_advance(request.run_id)

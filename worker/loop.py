@@ -21,7 +21,7 @@ from approvals import ApprovalRequest, ApprovalStatus
 from tools.decode import canonical_json, decode_arguments
 from tools.exceptions import ArgumentError
 from tools.registry import Tool
-from worker import executor, grounding, metrics, profiles, reminders
+from worker import executor, grounding, metrics, profiles, reminders, tracing
 from worker.budgets import exhausted
 from worker.events import EventKind
 from worker.library import Demonstration
@@ -159,10 +159,13 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     try:
         messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
         sink = rt.surface(run).answer_stream(run) if rt.settings.stream_answers else None
+        asked = time.monotonic()
         turn = model.complete(messages, specs, timeout, sink, max_tokens=max_tokens, watch=watch)
         record_usage(rt, run, turn)  # spent before the call stops counting as in flight
+        tracing.model_called(model, messages, turn)
     except ModelError as exc:
         run.usage.steps += 1  # a step was made; what its attempts cost is charged (watch)
+        tracing.model_failed(model, exc.kind, time.monotonic() - asked)
         rt.events.append(run.id, EventKind.MODEL_ERROR, error=exc.detail, timeout=timeout)
         if exc.timed_out and timeout < rt.settings.model_timeout:
             return Finish(
@@ -473,6 +476,7 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         seconds=run.usage.active_seconds,
     )
     rt.save(run, lease_token)
+    tracing.run_ended(run)
     metrics.run_ended(run.status, run.usage.active_seconds)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
     admit_next(rt, run)

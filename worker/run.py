@@ -217,6 +217,9 @@ class Run(BaseModel):
     # The policy (its version, tools/policy.py) the run's last step was authorised under; a
     # change mid-run is recorded as a `policy_changed` event. "": saved before it was recorded.
     policy_version: str = ""
+    # The run's W3C trace context (worker/tracing.py): `traceparent` names the run's span,
+    # `parent` the span it was asked in. {}: traces were off when it was created.
+    trace: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Run:

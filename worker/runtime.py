@@ -17,6 +17,7 @@ from approvals import ApprovalStore, ExecutionLedger
 from approvals.store import Decision
 from tools.policy import Policy
 from tools.registry import ToolRegistry
+from worker import tracing
 from worker.budgets import PriceTable
 from worker.eventlog import EventLog
 from worker.lease import LeaseKeeper
@@ -51,6 +52,7 @@ class Settings:
     instructions: str = ""  # the operator's (SWITCHBOARD_INSTRUCTIONS), after the built-in ones
     # What tools read of their configuration (ToolContext.settings): the samples' data files
     tool_settings: dict[str, str] = field(default_factory=dict)
+    trace_url: str = ""  # where a run's trace is shown, "{trace_id}" in it (SWITCHBOARD_TRACE_URL)
 
     @property
     def job_timeout(self) -> int:
@@ -133,6 +135,11 @@ class Runtime:
             description=f"advance {run_id}",
         )
 
+    def trace_of(self, run_id: str) -> dict[str, str]:
+        """The run's trace context, as saved with it ({}: none, or no such run)."""
+        run = self.store.find(run_id)
+        return run.trace if run is not None else {}
+
     def expiry_job_id(self, approval_id: str) -> str:
         return f"expire-{approval_id}"
 
@@ -148,6 +155,9 @@ class Runtime:
         decision = self.approvals.withdraw(approval_id, reason)
         if decision.won:
             self.cancel_expiry(approval_id)
+            tracing.approval_decided(
+                decision.request, lambda: self.trace_of(decision.request.run_id)
+            )
         return decision
 
     def require_model(self, name: str = "") -> Model:

@@ -185,7 +185,14 @@ def show_run(sb: Bot, client: WebClient, run_id: str, user: str, team: str, trig
 
 def inspected(sb: Bot, run: Run, *, offer_save: bool = False, note: str = "") -> dict[str, Any]:
     seen = runs.inspect(sb.rt, run)
-    return run_modal(run, seen.events, seen.cancelled_by, offer_save=offer_save, note=note)
+    return run_modal(
+        run,
+        seen.events,
+        seen.cancelled_by,
+        offer_save=offer_save,
+        note=note,
+        trace=seen.trace,
+    )
 
 
 @boundary

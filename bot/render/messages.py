@@ -282,6 +282,7 @@ RUN_DEMOS = "*Demonstrations shown to the model:* {demos}"
 RUN_NO_DEMOS = "*Demonstrations shown to the model:* none"
 RUN_PROFILE = "*Profile:* {name} · *model:* {model}"
 RUN_NO_PROFILE = "*Profile:* none (the defaults) · *model:* {model}"
+RUN_TRACE = "*Trace:* <{url}|{trace_id}>"
 RUN_TOTALS = (
     "*Totals:* {steps} steps · {tool_calls} tool calls · {tokens:,} tokens "
     "({prompt:,} in / {completion:,} out) · ${cost:.6f} · {working} working · {elapsed} in all"

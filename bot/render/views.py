@@ -47,6 +47,7 @@ from bot.render.mrkdwn import (
 )
 from worker.events import Event
 from worker.run import Run
+from worker.service.runs import TraceRef
 
 MAX_VIEW_BLOCKS = 100
 MAX_EVENT_BLOCKS = 80
@@ -153,9 +154,11 @@ def run_modal(
     *,
     offer_save: bool = False,
     note: str = "",
+    trace: TraceRef | None = None,
 ) -> dict[str, Any]:
     """The trajectory. `offer_save`: the "Save as demonstration" button (for admins, on runs
-    that can be saved); `note`: a line at the end, e.g. what saving did."""
+    that can be saved); `note`: a line at the end, e.g. what saving did; `trace`: the run's
+    trace, linked where SWITCHBOARD_TRACE_URL says it is shown."""
     reason = f" ({why(run, cancelled_by)})" if run.reason else ""
     blocks: list[dict[str, Any]] = [
         section(
@@ -202,6 +205,8 @@ def run_modal(
             )
         )
     )
+    if trace is not None and trace.url:
+        blocks.append(context(m.RUN_TRACE.format(url=escape(trace.url), trace_id=trace.trace_id)))
     if offer_save:
         blocks.append(actions(button(m.SAVE_DEMO, SAVE_DEMO, run.id), block_id="sb_demo"))
         blocks.append(context(m.DEMO_SAVE_HINT))

@@ -52,7 +52,8 @@ from slack_bolt.response import BoltResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from bot.transport import envelope, signature
-from worker import metrics
+from bot.transport.payloads import request_kind
+from worker import metrics, tracing
 from worker.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -365,7 +366,8 @@ class SlackEvents:
         except Exception:  # boundary: a shape `envelope` missed; answer rather than hang up
             log.exception("request_unreadable", size=len(body))
             return None
-        return self.app.dispatch(request)
+        with tracing.slack_request(request_kind(request.body)):
+            return self.app.dispatch(request)
 
     def close(self) -> None:
         self.dispatcher.shutdown(wait=False, cancel_futures=True)

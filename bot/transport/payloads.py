@@ -52,6 +52,29 @@ def envelope_team(body: Mapping[str, Any]) -> tuple[str, str]:
     )
 
 
+KIND = re.compile(r"[a-z_]{1,40}")
+
+
+def request_kind(body: Any) -> str:
+    """What a request from Slack is, for its trace span: the payload type (`block_actions`,
+    `view_submission`, ...), and an event's own type after it (`event_callback app_mention`).
+    Anything not shaped like one is `unknown`: a span name must stay one of a few."""
+    if not isinstance(body, Mapping):
+        return "unknown"
+    found = body.get("type")
+    kind = found if isinstance(found, str) else ""
+    if not kind and isinstance(body.get("command"), str):
+        kind = "slash_command"
+    if not KIND.fullmatch(kind):
+        return "unknown"
+    event = body.get("event")
+    if kind == "event_callback" and isinstance(event, Mapping):
+        inner = event.get("type")
+        if isinstance(inner, str) and KIND.fullmatch(inner):
+            return f"{kind} {inner}"
+    return kind
+
+
 def user_team(body: Mapping[str, Any]) -> str:
     """The asking person's own team: for a Slack Connect user, their organisation's, not
     the workspace the request was sent for. Falls back to the envelope's team."""

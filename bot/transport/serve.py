@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections.abc import Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 
 import structlog
@@ -30,8 +29,9 @@ from bot.state.identity import GROUPS_TTL, Identity, user_groups
 from bot.state.installations import Home, Installations
 from bot.state.threads import Threads
 from bot.transport.http_server import EVENTS_PATH, SlackHTTPServer
+from bot.transport.payloads import request_kind
 from bot.transport.verification import SigningSecrets
-from worker import metrics
+from worker import metrics, tracing
 from worker.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -63,7 +63,8 @@ def build_app(
         signing_secret=secrets.current,
         # Bolt's own check knows one secret: ours (below) knows every configured one
         request_verification_enabled=False,
-        listener_executor=ThreadPoolExecutor(listener_threads, thread_name_prefix="listener"),
+        # listeners run after the ack, in the context of the request (its span, its log context)
+        listener_executor=tracing.ContextPool(listener_threads, thread_name_prefix="listener"),
     )
     app.use(secrets.middleware())
     home = Home.learn(client, teams=allowed_teams, apps=allowed_apps)
@@ -164,5 +165,6 @@ class TimedSocketModeHandler(SocketModeHandler):
 
     def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
         started = time.perf_counter()
-        super().handle(client, req)
+        with tracing.slack_request(request_kind(req.payload)):
+            super().handle(client, req)
         metrics.observe_ack(time.perf_counter() - started)

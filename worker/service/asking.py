@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from tools.execute import valid_unicode
-from worker import profiles
+from worker import profiles, tracing
 from worker.events import EventKind
 from worker.limits import LimitExceeded
 from worker.run import Requester, Run, new_run_id
@@ -64,6 +64,7 @@ def submit(
         policy_version=rt.policy.version,
     )
     profiles.start(rt, run, agent)
+    run.trace = tracing.new_run(len(text), run.profile.name if run.profile else None)
     rt.store.create(run, wake=False)
     rt.events.append(
         run.id,

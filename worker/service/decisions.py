@@ -17,7 +17,7 @@ import structlog
 
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
-from worker import audit, metrics
+from worker import audit, metrics, tracing
 from worker.events import EventKind
 from worker.roles import RolesUnavailable
 from worker.runtime import Runtime
@@ -92,6 +92,7 @@ def decide(
     rt.cancel_expiry(approval_id)
     metrics.approval_decided(decision.request)
     audit.log_decision(decision.request, surface)
+    tracing.approval_decided(decision.request, lambda: rt.trace_of(request.run_id))
     rt.events.append(
         request.run_id,
         EventKind.APPROVAL_DECIDED,

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from worker import audit
+from worker import audit, tracing
 from worker.audit import Found, RunFilter
 from worker.events import Event, EventKind
 from worker.run import Run, RunStatus
@@ -41,15 +41,32 @@ def cancelled_by(rt: Runtime, run_id: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class TraceRef:
+    trace_id: str  # the run's OpenTelemetry trace (worker/tracing.py)
+    url: str  # where it is shown (SWITCHBOARD_TRACE_URL); "" when none is configured
+
+
+@dataclass(frozen=True)
 class Inspection:
     run: Run
     events: list[Event]
     cancelled_by: str | None
+    trace: TraceRef | None = None  # None: the run was created with traces off
 
 
 def inspect(rt: Runtime, run: Run) -> Inspection:
     """A run's whole trajectory. The caller checked `Access.may_inspect`."""
-    return Inspection(run, rt.events.read(run.id), rt.store.cancel_requested_by(run.id))
+    return Inspection(
+        run, rt.events.read(run.id), rt.store.cancel_requested_by(run.id), trace_of(rt, run)
+    )
+
+
+def trace_of(rt: Runtime, run: Run) -> TraceRef | None:
+    found = tracing.trace_id(run.trace)
+    if not found:
+        return None
+    template = rt.settings.trace_url
+    return TraceRef(found, template.replace("{trace_id}", found) if template else "")
 
 
 @dataclass(frozen=True)
