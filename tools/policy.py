@@ -59,6 +59,8 @@ class ToolRule:
     remind_after: float | None = None  # seconds a request waits before approvers get a DM
     escalate_to: tuple[str, ...] = ()  # roles that may decide too, after escalate_after
     escalate_after: float | None = None
+    grants: tuple[str, ...] = ()  # standing grants an approver may make (GRANT_SCOPES)
+    self_grants: bool = False  # may a requester who self-approves grant for themselves?
 
     @classmethod
     def from_fields(cls, fields: RuleFields) -> ToolRule:
@@ -71,6 +73,8 @@ class ToolRule:
             remind_after=fields.get("remind_after"),
             escalate_to=tuple(fields.get("escalate_to", ())),
             escalate_after=fields.get("escalate_after"),
+            grants=tuple(fields.get("grants", ())),
+            self_grants=bool(fields.get("self_grants", False)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +87,9 @@ class ToolRule:
             **({"remind_after": self.remind_after} if self.remind_after is not None else {}),
             **({"escalate_to": list(self.escalate_to)} if self.escalate_to else {}),
             **({"escalate_after": self.escalate_after} if self.escalate_after is not None else {}),
+            # only when set: a policy without grants keeps the version it had
+            **({"grants": list(self.grants)} if self.grants else {}),
+            **({"self_grants": True} if self.self_grants else {}),
         }
 
 
@@ -231,7 +238,7 @@ class Policy:
             return NO_RULE, None
         declared = tool is not None and tool.high_risk and tool.effect == "write"
         if declared and not rule.high_risk and source not in self.high_risk_entries:
-            rule = dataclasses.replace(rule, high_risk=True)
+            rule = dataclasses.replace(rule, high_risk=True, grants=(), self_grants=False)
         return rule, source
 
     def allowed_tools(self, roles: Iterable[str]) -> list[str]:
