@@ -249,9 +249,11 @@ def approval_card(
     high_risk: bool,
     elsewhere: str | None = None,
     outcome: str | None = None,
+    offers: list[dict[str, Any]] | None = None,
 ) -> Message:
     """The card while pending (`outcome` None: with buttons) or once resolved (no
-    decision buttons, the outcome in their place)."""
+    decision buttons, the outcome in their place). `offers`: more buttons while pending
+    (the standing grants the policy allows, bot/render/grants.py)."""
     args_text, cut_paths = pretty_json_cut(request.args)
     bidi = has_bidi(args_text)
     past_preview = len(args_text) > ARGS_PREVIEW
@@ -289,6 +291,8 @@ def approval_card(
         if was_cut or bidi:
             elements.append(show_all)
         blocks.append(actions(*elements, block_id="sb_decide"))
+        if offers:
+            blocks.append(actions(*offers, block_id="sb_grant"))
         text = m.CARD_FALLBACK.format(user=mention(request.requester), tool=escape(request.tool))
     else:
         blocks.append(section(outcome))

@@ -276,8 +276,10 @@ def home_view(
     failures: list[Run] | None = None,
     spend: tuple[float, int, int] | None = None,
     page: int = 0,
+    allowed: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """`page`: which HOME_APPROVALS of `waiting` to show (every one can be reached)."""
+    """`page`: which HOME_APPROVALS of `waiting` to show (every one can be reached).
+    `allowed`: the "Allowed for you" section (bot/render/grants.py), after the waiting."""
     blocks: list[dict[str, Any]] = [header(m.HOME_TITLE), context(m.HOME_INTRO)]
     blocks += [divider(), section(f"*{m.HOME_WAITING}*")]
     page = home_page(page, len(waiting))
@@ -297,6 +299,7 @@ def home_view(
         if (page + 1) * HOME_APPROVALS < len(waiting):
             nav.append(button(m.HOME_NEXT, f"{HOME_PAGE}_next", str(page + 1)))
         blocks.append(actions(*nav, block_id="sb_home_pages"))
+    blocks += allowed or []
     blocks += [divider(), section(f"*{m.HOME_MINE}*")]
     blocks += [run_line(r) for r in mine[:HOME_RUNS]] or [context(m.HOME_NONE)]
     if admin:
