@@ -75,7 +75,10 @@ def cmd_grants_list(config: Config, args: argparse.Namespace) -> int:
     if not found:
         print("no standing grants" + (f" for {args.user}" if args.user else ""))
     for grant in found:
-        fixed = ", ".join(f"{k}={short(v, 30)}" for k, v in grant.constraint.fixed.items())
+        fixed = ", ".join(
+            f"{k}={short(json.dumps(v, ensure_ascii=False), 30)}"
+            for k, v in grant.constraint.fixed.items()
+        )
         widened = f"; any {', '.join(grant.constraint.any)}" if grant.constraint.any else ""
         lapsed = "" if grants.in_force(rt, grant) else "  (not in force: policy or tool changed)"
         print(

@@ -11,6 +11,7 @@ from tests.support.runtime import event_kinds, make_runtime, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import Requester, RunStatus
+from worker.service import grants
 
 CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Printer jam"})])
 
@@ -144,3 +145,66 @@ def test_an_approval_from_the_shell_with_a_worker_alive_says_the_run_goes_on(
         assert wait_for_run(rt, run.id, timeout=30).status == RunStatus.COMPLETED
     finally:
         worker.stop()
+
+
+GRANT_POLICY = """\
+tools:
+  create_ticket:
+    allow: [everyone]
+    approvers: [requester]
+    self_approval: true
+    grants: [hour]
+    self_grants: true
+defaults:
+  read: {allow: [everyone]}
+"""
+
+
+def test_standing_grants_are_listed_shown_in_runs_show_and_revoked_from_the_shell(
+    shell, monkeypatch, redis_conn, model_server, tmp_path, capsys
+):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(GRANT_POLICY)
+    monkeypatch.setenv("SWITCHBOARD_POLICY", str(policy))
+    second = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Toner out"})])
+    model_server.route("Printer", [CREATE, "Filed."])
+    model_server.route("Toner", [second, "Filed that too."])
+    rt = make_runtime(redis_conn, model_server.url, policy_file=policy)
+    _, approval = waiting_run(rt, "Printer jam on floor 2, file it")
+    me = local_user()
+    made = grants.approve_and_allow(
+        rt,
+        approval,
+        scope="hour",
+        widened={"title"},
+        decider_id=me,
+        decider_roles=frozenset({"everyone"}),
+        surface="cli",
+    )
+    assert made.result == grants.GrantResult.GRANTED and made.grant is not None
+    work(rt)
+    run = service.submit(
+        rt,
+        "Toner is out, file it",
+        Requester(user_id=me, roles=["everyone"]),
+        origin={"surface": "console"},
+    )
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED  # no approval asked
+
+    assert main(["approvals", "grants", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert made.grant.id in listed and "create_ticket" in listed and "used 1" in listed
+    assert 'project="IT"' in listed and "any title" in listed
+    assert main(["runs", "show", run.id]) == 0
+    shown = capsys.readouterr().out
+    assert f"approved by grant {made.grant.id} of {me}" in shown
+    assert f"Grants used:\n  {made.grant.id} (granted by {me}): 1 call(s)" in shown
+
+    assert main(["approvals", "grants", "revoke", made.grant.id, "--user", "USOMEONE"]) == 2
+    assert "USOMEONE may not revoke" in capsys.readouterr().err
+    assert main(["approvals", "grants", "revoke", made.grant.id]) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert main(["approvals", "grants", "list"]) == 0
+    assert "no standing grants" in capsys.readouterr().out
+    assert "grant_revoked" in event_kinds(rt, rt.store.load(made.grant.run_id))

@@ -114,11 +114,11 @@ GRANT_COVERED = Counter(
 GRANT_LAPSED = Counter(
     "switchboard_grant_lapsed_calls",
     "Write calls a matching grant no longer covered (a card was shown), by why: revoked, "
-    "expired, policy_changed, tool_changed, grantor (may no longer approve).",
+    "expired, policy_changed, tool_changed, missing.",
     ["why"],
 )
 GRANT_SCOPES = ("thread", "hour", "day")
-GRANT_LAPSES = ("revoked", "expired", "policy_changed", "tool_changed", "grantor", "missing")
+GRANT_LAPSES = ("revoked", "expired", "policy_changed", "tool_changed", "missing")
 BUILD_INFO = Gauge(
     "switchboard_build_info",
     "Always 1: the version of Switchboard and of Python this process runs.",
