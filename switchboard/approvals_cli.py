@@ -14,6 +14,7 @@ from typing import Any
 
 from approvals import ApprovalRequest
 from switchboard.console import local_user
+from switchboard.edit_args import EditInputError, with_assignments
 from switchboard.render import plain, short, when
 from switchboard.settings import Config
 from switchboard.verbs import help_of
@@ -49,6 +50,21 @@ def add_command(verbs: Any) -> None:
         p.add_argument(
             "--user", help="decide as this person (default console:$USER, the console's identity)"
         )
+        if action == "approve":
+            p.add_argument(
+                "--set",
+                action="append",
+                default=[],
+                metavar="FIELD=VALUE",
+                help="approve with this argument changed (repeatable); text for a string "
+                "field, JSON for others; checked like the model's arguments",
+            )
+        else:
+            p.add_argument(
+                "--instructions",
+                default="",
+                help="tell the agent what to do instead (it reads them as your suggestion)",
+            )
 
     grant_parser = sub.add_parser(
         "grants",
@@ -165,11 +181,20 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         decider_roles=Access.of(rt).roles(user),
         approve=args.approve,
         reason=args.reason,
+        edited_args=_edited(rt, request, getattr(args, "set", [])),
+        instructions=getattr(args, "instructions", ""),
         surface="cli",
     )
     result = outcome.result
+    if result == service.DecisionResult.INVALID_EDIT:
+        why = outcome.refused.message if outcome.refused else "not allowed"
+        field = f" ({outcome.refused.field})" if outcome.refused and outcome.refused.field else ""
+        raise OperatorError(f"{request.id}: the edit is refused{field}: {why}; nothing was decided")
     if result == service.DecisionResult.DECIDED and outcome.request is not None:
-        print(f"{request.id}: {outcome.request.status.value} by {user}; {_next(rt, request)}")
+        edited = " with edits" if outcome.request.edited else ""
+        print(
+            f"{request.id}: {outcome.request.status.value}{edited} by {user}; {_next(rt, request)}"
+        )
         return 0
     if result == service.DecisionResult.NOT_ALLOWED:
         raise OperatorError(
@@ -183,6 +208,18 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         print(f"{request.id}: already {done.status.value}{by} at {when(done.decided_at)}")
         return 1
     raise _not_found(request.id)
+
+
+def _edited(rt: Runtime, request: ApprovalRequest, assignments: list[str]) -> dict[str, Any] | None:
+    """The arguments with every --set applied; None without any."""
+    if not assignments:
+        return None
+    tool = approvals.facts(rt, request).tool
+    properties = (tool.parameters.get("properties") or {}) if tool is not None else {}
+    try:
+        return with_assignments(request.args, properties, assignments)
+    except EditInputError as exc:
+        raise OperatorError(f"--set: {exc}") from None
 
 
 def _next(rt: Runtime, request: ApprovalRequest) -> str:
