@@ -51,6 +51,7 @@ from bot.render.blocks import (
     HOME_PAGE,
     REJECT,
     REJECT_ALL,
+    REJECT_ALL_MODAL,
     REJECT_MODAL,
     SAVE_DEMO,
     SHOW_ARGS,
@@ -88,6 +89,7 @@ def register(app: App, sb: Bot) -> None:
     app.action(EDIT)(edit.on_edit)
     app.action(APPROVE_ALL)(batch.on_decide_all)
     app.action(REJECT_ALL)(batch.on_decide_all)
+    app.view(REJECT_ALL_MODAL)(batch.on_reject_all_submitted)
     app.view(EDIT_MODAL)(edit.on_edit_submitted)
     app.action(re.compile(f"^{GRANT}_[a-z]{{1,10}}$"))(grants.on_grant)
     app.view(GRANT_MODAL)(grants.on_grant_submitted)

@@ -47,6 +47,7 @@ REJECT_INSTRUCTIONS_INPUT = "instructions"
 EDIT = "sb_edit"
 APPROVE_ALL = "sb_approve_all"
 REJECT_ALL = "sb_reject_all"
+REJECT_ALL_MODAL = "sb_reject_all_modal"
 EDIT_MODAL = "sb_edit_modal"
 
 SECTION_LIMIT = 3000

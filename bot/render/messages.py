@@ -79,6 +79,12 @@ REJECT_INSTRUCTIONS_PLACEHOLDER = "e.g. file it under HR with priority low"
 MODAL_RUN_TITLE = "Switchboard run"
 MODAL_ARGS_TITLE = "Tool call arguments"
 MODAL_REJECT_TITLE = "Reject this call"
+MODAL_REJECT_ALL_TITLE = "Reject all"
+REJECT_ALL_INTRO = (
+    "{user} asked to run these calls. This rejects the {count} you may decide that are still "
+    "waiting. You may say why."
+)
+SUBMIT_REJECT_ALL = "Reject all"
 REJECT_INTRO = "{user} asked to run *{tool}*. You may say why you reject it."
 REJECT_REASON_LABEL = "Reason (optional, shown to the requester and the model)"
 REJECT_REASON_PLACEHOLDER = "e.g. wrong project, ask IT first"
