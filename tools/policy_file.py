@@ -63,11 +63,15 @@ WRITE_ONLY_KEYS = (
     "self_approval",
     "high_risk",
     "remind_after",
+    "remind_every",
+    "remind_limit",
     "escalate_to",
     "escalate_after",
     "grants",
     "self_grants",
 )
+MIN_REMIND_EVERY = 60.0  # seconds: one DM a person a minute is the surface's cap anyway
+MAX_REMINDERS = 20  # reminders one card gets in all, at most
 # Standing grants an approver may make for a tool (worker/service/grants.py): the call's
 # thread for up to a day, or any thread for an hour or a day.
 GRANT_SCOPES = ("thread", "hour", "day")
@@ -97,6 +101,8 @@ class RuleFields(TypedDict):
     escalate_after: NotRequired[float | None]
     grants: NotRequired[tuple[str, ...]]
     self_grants: NotRequired[bool]
+    remind_every: NotRequired[float | None]
+    remind_limit: NotRequired[int]
 
 
 def default_rules() -> dict[str, RuleFields]:
@@ -393,6 +399,21 @@ class _Reader(NodeReader):
                     rule[key] = self.boolean(value, f"{where}.{key}")
                 elif key in ("remind_after", "escalate_after"):
                     rule[key] = self.duration(value, f"{where}.{key}")
+                elif key == "remind_every":
+                    rule[key] = self.duration(value, f"{where}.{key}")
+                    if rule[key] < MIN_REMIND_EVERY:
+                        raise self.invalid(
+                            value, f"{where}.remind_every must be at least 1m (e.g. 4h)"
+                        )
+                elif key == "remind_limit":
+                    number = self.scalar(value) if isinstance(value, yaml.ScalarNode) else None
+                    if not _in_range(number, MAX_REMINDERS, whole=True) or not number:
+                        raise self.invalid(
+                            value,
+                            f"{where}.remind_limit must be a whole number from 1 to "
+                            f"{MAX_REMINDERS}: the reminders one card gets in all",
+                        )
+                    rule[key] = int(number)
                 elif key == "escalate_to":
                     rule[key] = tuple(self.roles_named(value, f"{where}.escalate_to"))
                 elif key == "constraints" and parameters is not None:
@@ -411,10 +432,18 @@ class _Reader(NodeReader):
             remind_after=overrides.get("remind_after", base.get("remind_after")),
             escalate_to=overrides.get("escalate_to", base.get("escalate_to", ())),
             escalate_after=overrides.get("escalate_after", base.get("escalate_after")),
+            remind_every=overrides.get("remind_every", base.get("remind_every")),
+            remind_limit=overrides.get("remind_limit", base.get("remind_limit", 3)),
             grants=overrides.get("grants", base.get("grants", ())),
             self_grants=overrides.get("self_grants", base.get("self_grants", False)),
         )
         self.check_grants(rule, overrides, node, where)
+        if rule.get("remind_every") is not None and rule.get("remind_after") is None:
+            raise self.invalid(
+                node,
+                f"{where}: remind_every repeats the reminder remind_after sends; set "
+                "remind_after too (e.g. remind_after: 30m and remind_every: 4h)",
+            )
         if bool(rule["escalate_to"]) != (rule["escalate_after"] is not None):
             raise self.invalid(
                 node,
