@@ -173,10 +173,6 @@ class Use:
     why: str
     request: ApprovalRequest | None = None
 
-    @property
-    def approved(self) -> bool:
-        return self.why in ("ok", "exists")
-
 
 class TooManyGrants(Exception):
     """The requester already has MAX_LIVE live grants."""

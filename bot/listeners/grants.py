@@ -4,6 +4,7 @@ the grant, worker.service.grants), and Revoke in App Home's "Allowed for you".""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -37,6 +38,11 @@ log = structlog.get_logger(__name__)
 MODAL_ROLES_WAIT = 1.5  # a modal's answer must come within 3 s
 
 
+def names_digest(names: list[str]) -> str:
+    """Which arguments the form's boxes stand for, in order (its options are numbered)."""
+    return hashlib.sha256(json.dumps(names).encode()).hexdigest()[:16]
+
+
 def scope_of(action_id: Any) -> str | None:
     """The scope a grant button's action id names (sb_grant_thread -> thread)."""
     if not isinstance(action_id, str) or not action_id.startswith(GRANT + "_"):
@@ -61,9 +67,9 @@ def on_grant(
         approvers = escape(approvals.facts(sb.rt, request).approvers)
         tell(client, who, m.GRANT_NOT_ALLOWED.format(approvers=approvers))
         return
-    meta = json.loads(who.metadata(request.id))
-    meta.update(binding=request.binding, scope=scope)
     names = grants.arguments_of(sb.rt, request)
+    meta = json.loads(who.metadata(request.id))
+    meta.update(binding=request.binding, scope=scope, names=names_digest(names))
     client.views_open(
         trigger_id=who.trigger_id, view=grant_modal(request, scope, names, json.dumps(meta))
     )
@@ -99,7 +105,9 @@ def on_grant_submitted(
     team = user_team(body)[:64]
     problem = ""
     outcome = None
-    if widened is None:
+    if meta.get("names") != names_digest(names):  # the tool's arguments changed meanwhile:
+        problem = m.GRANT_STALE  # the ticked boxes may no longer mean the same arguments
+    elif widened is None:
         problem = m.GRANT_INVALID
     else:
         try:

@@ -18,7 +18,7 @@ from enum import StrEnum
 import structlog
 
 from approvals import ApprovalRequest
-from approvals.grants import MAX_LIVE, Constraint, Grant
+from approvals.grants import MAX_LIVE, Constraint, Grant, TooManyGrants
 from tools.policy_file import GRANT_SCOPES
 from worker import metrics
 from worker.events import EventKind
@@ -114,21 +114,27 @@ def approve_and_allow(
         surface=surface,
     )
     if decided.result != DecisionResult.DECIDED or decided.request is None:
-        return GrantOutcome(GrantResult.ALREADY_DECIDED, decided.request, approvers=approvers)
-    grant = rt.grants.create(
-        tool=request.tool,
-        requester=request.requester,
-        team_id=request.team_id,
-        grantor=decider_id,
-        grantor_team=decider_team,
-        scope=scope,
-        thread=thread,
-        constraint=Constraint.of(request.args, names),
-        policy_version=rt.policy.version,
-        tool_digest=tool.contract_digest,
-        approval_id=request.id,
-        run_id=request.run_id,
-    )
+        refused = decided.result == DecisionResult.NOT_ALLOWED
+        result = GrantResult.NOT_ALLOWED if refused else GrantResult.ALREADY_DECIDED
+        return GrantOutcome(result, decided.request, approvers=approvers)
+    try:
+        grant = rt.grants.create(
+            tool=request.tool,
+            requester=request.requester,
+            team_id=request.team_id,
+            grantor=decider_id,
+            grantor_team=decider_team,
+            scope=scope,
+            thread=thread,
+            constraint=Constraint.of(request.args, names),
+            policy_version=rt.policy.version,
+            tool_digest=tool.contract_digest,
+            approval_id=request.id,
+            run_id=request.run_id,
+        )
+    except TooManyGrants:  # made meanwhile by another approver: approved, but no grant
+        log.warning("grant_not_made", approval_id=request.id, why="too_many")
+        return GrantOutcome(GrantResult.TOO_MANY, decided.request, approvers=approvers)
     metrics.grant_made(scope)
     log.info(
         "grant_created",
