@@ -137,9 +137,18 @@ def test_revocation_expiry_a_policy_change_and_a_schema_change_each_end_the_gran
         assert FILED[-1]["title"] == word
 
     [grant] = grants.allowed_for(env.rt, ALICE)
+    env.event({"type": "app_home_opened", "user": ALICE, "tab": "home", "channel": "D0001"})
+    shown = env.slack.wait_for_call("views.publish", lambda a: a["user_id"] == ALICE)["view"]
+    assert "Allowed for you" in texts(shown["blocks"]) and "any title" in texts(shown["blocks"])
+    assert buttons(shown["blocks"])[REVOKE_GRANT] == grant.id
     home = {"id": "VHOME00001", "type": "home", "private_metadata": "{}"}
+    env.click(REVOKE_GRANT, grant.id, STRANGER, view=home)  # not theirs to revoke
+    env.slack.wait_for_call("views.open", lambda a: "Only the grantor" in texts(a["view"]))
+    still = grants.find(env.rt, grant.id)
+    assert still is not None and not still.revoked
     env.click(REVOKE_GRANT, grant.id, SUPPORT, view=home)
-    env.slack.wait_for_call("views.publish", lambda a: a["user_id"] == SUPPORT)
+    after = env.slack.wait_for_call("views.publish", lambda a: a["user_id"] == SUPPORT)["view"]
+    assert "No standing grants" in texts(after["blocks"])
     assert grants.find(env.rt, grant.id).revoked_by == SUPPORT  # type: ignore[union-attr]
     lapses_then_asks("second", 2)
 

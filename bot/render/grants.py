@@ -47,7 +47,7 @@ def grant_modal(
     user, tool = mention(request.requester), escape(request.tool)
     blocks: list[dict[str, Any]] = [
         section(m.GRANT_INTRO.format(user=user, tool=tool, where=m.GRANT_WHERE[scope])),
-        section(fixed_text(request.args, names, frozenset(), tool)),
+        section(fixed_text(request.args, names, tool)),
     ]
     groups = [names[i : i + OPTIONS_PER_GROUP] for i in range(0, len(names), OPTIONS_PER_GROUP)][
         :MAX_GROUPS
@@ -84,10 +84,9 @@ def grant_modal(
     )
 
 
-def fixed_text(
-    args: Mapping[str, Any], names: list[str], widened: frozenset[str], tool: str
-) -> str:
-    fixed = [n for n in names if n not in widened]
+def fixed_text(args: Mapping[str, Any], names: list[str], tool: str) -> str:
+    """Every argument the grant would fix, with its value now (ticking one widens it)."""
+    fixed = names
     if not fixed:
         return m.GRANT_FIXED_NONE.format(tool=tool)
     lines = [
