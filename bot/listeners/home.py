@@ -48,7 +48,7 @@ def build_home(
 
 
 def allowed_section(rt: Runtime, user_id: str) -> list[dict[str, Any]]:
-    """ "Allowed for you": the standing grants covering this person's calls or made by them."""
+    """App Home's "Allowed for you": the grants covering this person's calls or made by them."""
     found = grants.allowed_for(rt, user_id)
     return home_grants(found, frozenset(g.id for g in found if grants.in_force(rt, g)))
 
