@@ -24,3 +24,16 @@ class ApprovalKeys:
     def ledger(self, approval_id: str) -> str:
         """Hash: whether an approved write started and how it ended (exactly once)."""
         return f"{self.ns}ledger:{approval_id}"
+
+    def grant(self, grant_id: str) -> str:
+        """Hash: one standing grant (approvals/grants.py)."""
+        return f"{self.ns}grant:{grant_id}"
+
+    def grants_of(self, requester: str) -> str:
+        """Sorted set: the live grants covering one requester's calls, by expiry time."""
+        return f"{self.ns}grants:of:{requester}"
+
+    @property
+    def grants(self) -> str:
+        """Sorted set: every live grant, by expiry time (for operators)."""
+        return f"{self.ns}grants"

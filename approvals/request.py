@@ -54,6 +54,9 @@ class ApprovalRequest:
     escalated: bool = False
     # Where the surface showed the card (e.g. Slack channel and ts), so it can be updated later.
     cards: list[dict[str, str]] = field(default_factory=list)
+    # Approved by a standing grant (approvals/grants.py) instead of a card: its id; the
+    # grantor is `decided_by`. "" for a person's own decision.
+    grant_id: str = ""
 
     @property
     def edited(self) -> bool:
@@ -103,4 +106,5 @@ class ApprovalRequest:
             original_args=json.loads(data["original_args"]) if data.get("original_args") else None,
             instructions=data.get("instructions", ""),
             escalated=data.get("escalated") == "1",
+            grant_id=data.get("grant_id", ""),
         )

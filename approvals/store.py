@@ -60,6 +60,37 @@ return {'ok', status}
 )
 
 
+def new_request(
+    *,
+    approval_id: str | None,
+    run_id: str,
+    call_id: str,
+    tool: str,
+    args: dict[str, Any],
+    requester: str,
+    team_id: str,
+    channel_id: str,
+    policy_version: str,
+    ttl: float,
+) -> ApprovalRequest:
+    """A pending request, bound to exactly these arguments, not yet stored."""
+    now = time.time()
+    return ApprovalRequest(
+        id=approval_id or "ap_" + secrets.token_hex(10),
+        run_id=run_id,
+        call_id=call_id,
+        tool=tool,
+        args=args,
+        requester=requester,
+        team_id=team_id,
+        channel_id=channel_id,
+        policy_version=policy_version,
+        binding=binding_hash(tool, args, requester, policy_version),
+        created_at=now,
+        expires_at=now + ttl,
+    )
+
+
 class ApprovalNotFound(LookupError):
     pass
 
@@ -112,9 +143,8 @@ class ApprovalStore:
             existing = self.find(approval_id)
             if existing is not None:
                 return existing
-        now = time.time()
-        request = ApprovalRequest(
-            id=approval_id or "ap_" + secrets.token_hex(10),
+        request = new_request(
+            approval_id=approval_id,
             run_id=run_id,
             call_id=call_id,
             tool=tool,
@@ -123,9 +153,7 @@ class ApprovalStore:
             team_id=team_id,
             channel_id=channel_id,
             policy_version=policy_version,
-            binding=binding_hash(tool, args, requester, policy_version),
-            created_at=now,
-            expires_at=now + ttl,
+            ttl=ttl,
         )
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(self.keys.approval(request.id), mapping=request.to_hash())

@@ -1,4 +1,4 @@
-"""`switchboard approvals list|show|approve|reject`: decisions from the shell.
+"""`switchboard approvals list|show|approve|reject|grants`: decisions from the shell.
 
 An approval left open in the console or in Slack can be decided here later. A decision is
 checked against the policy like a click in Slack: `--user` names who decides (default the
@@ -14,6 +14,7 @@ from typing import Any
 
 from approvals import ApprovalRequest
 from switchboard.console import local_user
+from switchboard.edit_args import EditInputError, with_assignments
 from switchboard.render import plain, short, when
 from switchboard.settings import Config
 from switchboard.verbs import help_of
@@ -21,7 +22,7 @@ from switchboard.wiring import open_runtime
 from tools.exceptions import OperatorError
 from worker import service
 from worker.runtime import Runtime
-from worker.service import Access, approvals
+from worker.service import Access, approvals, grants
 
 
 class ApprovalNotFoundError(OperatorError):
@@ -49,6 +50,80 @@ def add_command(verbs: Any) -> None:
         p.add_argument(
             "--user", help="decide as this person (default console:$USER, the console's identity)"
         )
+        if action == "approve":
+            p.add_argument(
+                "--set",
+                action="append",
+                default=[],
+                metavar="FIELD=VALUE",
+                help="approve with this argument changed (repeatable); text for a string "
+                "field, JSON for others; checked like the model's arguments",
+            )
+        else:
+            p.add_argument(
+                "--instructions",
+                default="",
+                help="tell the agent what to do instead (it reads them as your suggestion)",
+            )
+
+    grant_parser = sub.add_parser(
+        "grants",
+        help="standing grants: list them, or revoke one",
+        description='Standing grants ("Approve and allow in this thread / for 1 hour"): '
+        "each lets similar calls of one tool by one requester run without asking again.",
+    )
+    grant_parser.set_defaults(handler=lambda c, a: _help(grant_parser))
+    grant_verbs = grant_parser.add_subparsers(title="grants commands", metavar="ACTION")
+    p = grant_verbs.add_parser("list", help="grants in force, the soonest to end first")
+    p.set_defaults(handler=cmd_grants_list)
+    p.add_argument("--user", help="only those covering, or made by, this person")
+    p = grant_verbs.add_parser("revoke", help="end a grant at once")
+    p.set_defaults(handler=cmd_grants_revoke)
+    p.add_argument("grant_id", metavar="ID", help="the grant's id (gr_..., from `grants list`)")
+    p.add_argument(
+        "--user", help="revoke as this person (default console:$USER); admins may revoke any"
+    )
+
+
+def cmd_grants_list(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    found = grants.allowed_for(rt, args.user) if args.user else grants.live(rt)
+    if not found:
+        print("no standing grants" + (f" for {args.user}" if args.user else ""))
+    for grant in found:
+        fixed = ", ".join(
+            f"{k}={short(json.dumps(v, ensure_ascii=False), 30)}"
+            for k, v in grant.constraint.fixed.items()
+        )
+        widened = f"; any {', '.join(grant.constraint.any)}" if grant.constraint.any else ""
+        lapsed = "" if grants.in_force(rt, grant) else "  (not in force: policy or tool changed)"
+        print(
+            f"{grant.id}  {grant.tool:<16} for {grant.requester:<12} by {grant.grantor:<12} "
+            f"{grant.scope:<6} until {when(grant.expires_at)}  used {grant.uses}  "
+            f"{short(fixed, 60) or '-'}{widened}{lapsed}"
+        )
+    return 0
+
+
+def cmd_grants_revoke(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    user = args.user or local_user()
+    result = grants.revoke(rt, args.grant_id, by=user, roles=Access.of(rt).roles(user))
+    if result == grants.RevokeResult.REVOKED:
+        print(f"{args.grant_id}: revoked by {user}; it allows nothing more")
+        return 0
+    if result == grants.RevokeResult.NOT_ALLOWED:
+        raise OperatorError(
+            f"{user} may not revoke {args.grant_id}: only its grantor, the person it covers "
+            "or an admin may; pass --user with one of them"
+        )
+    if result == grants.RevokeResult.ALREADY_ENDED:
+        print(f"{args.grant_id}: already ended")
+        return 1
+    raise OperatorError(
+        f"no grant {args.grant_id!r} (in this Redis: check REDIS_URL); "
+        "`switchboard approvals grants list` shows those in force"
+    )
 
 
 def _help(parser: argparse.ArgumentParser) -> int:
@@ -106,11 +181,20 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         decider_roles=Access.of(rt).roles(user),
         approve=args.approve,
         reason=args.reason,
+        edited_args=_edited(rt, request, getattr(args, "set", [])),
+        instructions=getattr(args, "instructions", ""),
         surface="cli",
     )
     result = outcome.result
+    if result == service.DecisionResult.INVALID_EDIT:
+        why = outcome.refused.message if outcome.refused else "not allowed"
+        field = f" ({outcome.refused.field})" if outcome.refused and outcome.refused.field else ""
+        raise OperatorError(f"{request.id}: the edit is refused{field}: {why}; nothing was decided")
     if result == service.DecisionResult.DECIDED and outcome.request is not None:
-        print(f"{request.id}: {outcome.request.status.value} by {user}; {_next(rt, request)}")
+        edited = " with edits" if outcome.request.edited else ""
+        print(
+            f"{request.id}: {outcome.request.status.value}{edited} by {user}; {_next(rt, request)}"
+        )
         return 0
     if result == service.DecisionResult.NOT_ALLOWED:
         raise OperatorError(
@@ -124,6 +208,18 @@ def cmd_decide(config: Config, args: argparse.Namespace) -> int:
         print(f"{request.id}: already {done.status.value}{by} at {when(done.decided_at)}")
         return 1
     raise _not_found(request.id)
+
+
+def _edited(rt: Runtime, request: ApprovalRequest, assignments: list[str]) -> dict[str, Any] | None:
+    """The arguments with every --set applied; None without any."""
+    if not assignments:
+        return None
+    tool = approvals.facts(rt, request).tool
+    properties = (tool.parameters.get("properties") or {}) if tool is not None else {}
+    try:
+        return with_assignments(request.args, properties, assignments)
+    except EditInputError as exc:
+        raise OperatorError(f"--set: {exc}") from None
 
 
 def _next(rt: Runtime, request: ApprovalRequest) -> str:

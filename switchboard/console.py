@@ -15,21 +15,30 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from approvals import ApprovalRequest, ApprovalStatus
+from approvals.edits import EditRefused
 from switchboard import errors
+from switchboard.edit_args import EditInputError, read_value
 from switchboard.render import event_line, grounding_note, plain, when
 from switchboard.supervise import CONFIG_EXIT, Supervisor, last_line, live_workers
 from worker import service
 from worker.events import Event, EventKind, is_run_end
 from worker.run import Requester, Run
 from worker.runtime import Runtime
-from worker.service import Access, approvals, asking, runs
+from worker.service import Access, approvals, asking, decisions, runs
 
 PROMPT = "you> "
-DECIDE_PROMPT = "approve? [y]es / [n]o [reason]: "
-LATER_PROMPT = "approve? [y]es / [n]o [reason] / [s]kip: "
+DECIDE_PROMPT = "approve? [y]es / [e]dit / [n]o [reason] / [i]nstruct: "
+LATER_PROMPT = "approve? [y]es / [e]dit / [n]o [reason] / [i]nstruct / [s]kip: "
+DECIDE_HELP = (
+    "Type y to approve, e to change arguments first, n followed by an optional reason to "
+    "reject, or i to reject and tell the agent what to do instead."
+)
+FIELD_PROMPT = "    {name} [{now}]: "
+INSTRUCT_PROMPT = "  tell the agent what to do instead: "
+REASON_PROMPT = "  reason (optional): "
 CHECK_WORKERS_AFTER = 3.0  # seconds without news before the console looks for a worker
 CONSOLE_GRACE = 3.0  # Ctrl-C: seconds for the worker to hand its runs back, then it stops
 WAITING_EVERY = 10.0  # seconds between "still waiting for the model" lines
@@ -302,32 +311,81 @@ class Console:
         approvers = approvals.facts(self.rt, request).approvers
         self.say(f"  May decide: {approvers}. Expires {expires}.")
         self.asking = request
+        edited: dict[str, Any] | None = None
+        instructions = ""
         while True:
             answer = self.ask(LATER_PROMPT if later else DECIDE_PROMPT)
             if answer is None:
                 return None
             choice, _, reason = answer.strip().partition(" ")
-            if later and choice.lower() in ("", "s", "skip"):
+            choice = choice.lower()
+            if later and choice in ("", "s", "skip"):
                 self.asking = None
                 return False
-            if choice.lower() in ("y", "yes", "n", "no"):
+            if choice in ("e", "edit"):
+                edited = self.edit(request)
+                if edited is None:
+                    return None
+                choice = "y"
+            if choice in ("i", "instruct"):
+                told = self.ask(INSTRUCT_PROMPT)
+                why = self.ask(REASON_PROMPT) if told is not None else None
+                if told is None or why is None:
+                    return None
+                choice, instructions, reason = "n", told, why
+            if choice in ("y", "yes", "n", "no"):
                 break
-            self.say("Type y to approve, or n followed by an optional reason to reject.")
+            self.say(DECIDE_HELP)
         self.asking = None
         outcome = service.decide(
             self.rt,
             request.id,
             decider_id=self.user_id,
             decider_roles=self.roles,
-            approve=choice.lower().startswith("y"),
+            approve=choice.startswith("y"),
             reason=reason,
+            edited_args=edited,
+            instructions=instructions,
             surface="console",
         )
+        if outcome.result == service.DecisionResult.INVALID_EDIT and outcome.refused:
+            self.say(f"! Not approved: {outcome.refused.message}. Decide again.")
+            return self.decide(request, later=later)
         if outcome.result == service.DecisionResult.NOT_ALLOWED:
             self.say(f"! You may not decide this; it needs {outcome.approvers}. Waiting for them.")
         elif outcome.result == service.DecisionResult.ALREADY_DECIDED and outcome.request:
             self.say(f"! Already {outcome.request.status.value} by {outcome.request.decided_by}.")
         return True
+
+    def edit(self, request: ApprovalRequest) -> dict[str, Any] | None:
+        """The arguments changed field by field (Enter keeps a value), each read for its
+        type in the tool's schema and the whole checked like the model's, again until they
+        pass; None when input ended."""
+        tool = approvals.facts(self.rt, request).tool
+        properties = (tool.parameters.get("properties") or {}) if tool is not None else {}
+        names = list(dict.fromkeys([*request.args, *properties]))
+        args = dict(request.args)
+        self.say("  Change a value, or press Enter to keep it:")
+        pending = names
+        while True:
+            for name in pending:
+                while True:
+                    now = json.dumps(args[name], ensure_ascii=False) if name in args else ""
+                    typed = self.ask(FIELD_PROMPT.format(name=name, now=now[:60]))
+                    if typed is None:
+                        return None
+                    if typed == "":
+                        break
+                    try:
+                        args[name] = read_value(properties.get(name), typed)
+                        break
+                    except EditInputError as exc:
+                        self.say(f"  ! {exc}")
+            try:
+                return decisions.checked_edit(self.rt, request, args)
+            except EditRefused as exc:
+                self.say(f"  ! {exc.message}")
+                pending = [exc.field] if exc.field in names else names
 
     def show_end(self, run: Run) -> None:
         if run.answer:

@@ -184,6 +184,23 @@ def approval_decided(event: Event, offset: str) -> list[str]:
     return [f"{offset}  {d.get('status')} by {d.get('by')}{reason} ({d.get('approval_id')})"]
 
 
+def grant_created(event: Event, offset: str) -> list[str]:
+    d = event.data
+    widened = ", ".join(str(n) for n in d.get("any") or []) or "nothing else"
+    return [
+        f"{offset}  grant {d.get('grant_id')} by {d.get('by')}: similar {d.get('tool')} calls "
+        f"allowed ({d.get('scope')}; any {widened}; until {when(float(d.get('expires_at') or 0))})"
+    ]
+
+
+def approval_covered(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [
+        f"{offset}  approved by grant {d.get('grant_id')} of {d.get('by')}: "
+        f"{d.get('tool')}({short(d.get('args'), 300)}) ({d.get('approval_id')})"
+    ]
+
+
 def approval_expired(event: Event, offset: str) -> list[str]:
     return [f"{offset}  approval {event.data.get('approval_id')} expired (denied)"]
 
@@ -270,6 +287,8 @@ RENDERERS: dict[str, Render] = {
     K.APPROVAL_REQUESTED: approval_requested,
     K.APPROVAL_DECIDED: approval_decided,
     K.APPROVAL_EXPIRED: approval_expired,
+    K.GRANT_CREATED: grant_created,
+    K.APPROVAL_COVERED: approval_covered,
     K.DEMOS_SELECTED: demos_selected,
     K.SUSPENDED: suspended,
     K.UNGROUNDED_FACTS: ungrounded,
@@ -305,6 +324,7 @@ def trajectory(run: Run, events: list[Event], trace: str = "") -> str:
     for event in events:
         lines += event_line(event, start)
     lines.append("")
+    lines += grants_used(events)
     if run.answer:
         lines += ["Answer:", plain(run.answer)]
         lines += [note for note in (grounding_note(run),) if note] + [""]
@@ -317,6 +337,20 @@ def trajectory(run: Run, events: list[Event], trace: str = "") -> str:
         f"{u.active_seconds:.2f}s working, {elapsed:.2f}s elapsed"
     )
     return "\n".join(lines)
+
+
+def grants_used(events: list[Event]) -> list[str]:
+    """Which standing grants approved calls of the run, by whom, how many calls each."""
+    used: dict[tuple[str, str], int] = {}
+    for event in events:
+        if event.kind == EventKind.APPROVAL_COVERED:
+            key = (str(event.data.get("grant_id")), str(event.data.get("by")))
+            used[key] = used.get(key, 0) + 1
+    if not used:
+        return []
+    lines = ["Grants used:"]
+    lines += [f"  {grant} (granted by {by}): {n} call(s)" for (grant, by), n in used.items()]
+    return [*lines, ""]
 
 
 def run_json(run: Run, events: list[Event]) -> str:

@@ -7,10 +7,11 @@ import pytest
 from switchboard.cli import main
 from switchboard.console import local_user
 from tests.fakes.openai_server import Turn
-from tests.support.runtime import event_kinds, make_runtime, work
+from tests.support.runtime import event_kinds, make_runtime, tool_messages, work
 from tools.builtin.tickets import TicketStore
 from worker import service
 from worker.run import Requester, RunStatus
+from worker.service import grants
 
 CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Printer jam"})])
 
@@ -144,3 +145,105 @@ def test_an_approval_from_the_shell_with_a_worker_alive_says_the_run_goes_on(
         assert wait_for_run(rt, run.id, timeout=30).status == RunStatus.COMPLETED
     finally:
         worker.stop()
+
+
+GRANT_POLICY = """\
+tools:
+  create_ticket:
+    allow: [everyone]
+    approvers: [requester]
+    self_approval: true
+    grants: [hour]
+    self_grants: true
+defaults:
+  read: {allow: [everyone]}
+"""
+
+
+def test_standing_grants_are_listed_shown_in_runs_show_and_revoked_from_the_shell(
+    shell, monkeypatch, redis_conn, model_server, tmp_path, capsys
+):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(GRANT_POLICY)
+    monkeypatch.setenv("SWITCHBOARD_POLICY", str(policy))
+    second = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Toner out"})])
+    model_server.route("Printer", [CREATE, "Filed."])
+    model_server.route("Toner", [second, "Filed that too."])
+    rt = make_runtime(redis_conn, model_server.url, policy_file=policy)
+    _, approval = waiting_run(rt, "Printer jam on floor 2, file it")
+    me = local_user()
+    made = grants.approve_and_allow(
+        rt,
+        approval,
+        scope="hour",
+        widened={"title"},
+        decider_id=me,
+        decider_roles=frozenset({"everyone"}),
+        surface="cli",
+    )
+    assert made.result == grants.GrantResult.GRANTED and made.grant is not None
+    work(rt)
+    run = service.submit(
+        rt,
+        "Toner is out, file it",
+        Requester(user_id=me, roles=["everyone"]),
+        origin={"surface": "console"},
+    )
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED  # no approval asked
+
+    assert main(["approvals", "grants", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert made.grant.id in listed and "create_ticket" in listed and "used 1" in listed
+    assert 'project="IT"' in listed and "any title" in listed
+    assert main(["runs", "show", run.id]) == 0
+    shown = capsys.readouterr().out
+    assert f"approved by grant {made.grant.id} of {me}" in shown
+    assert f"Grants used:\n  {made.grant.id} (granted by {me}): 1 call(s)" in shown
+
+    assert main(["approvals", "grants", "revoke", made.grant.id, "--user", "USOMEONE"]) == 2
+    assert "USOMEONE may not revoke" in capsys.readouterr().err
+    assert main(["approvals", "grants", "revoke", made.grant.id]) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert main(["approvals", "grants", "list"]) == 0
+    assert "no standing grants" in capsys.readouterr().out
+    assert "grant_revoked" in event_kinds(rt, rt.store.load(made.grant.run_id))
+
+
+def test_approve_with_set_runs_the_edited_call_and_refuses_what_the_schema_does_not_allow(
+    shell, redis_conn, model_server, tmp_path, capsys
+):
+    model_server.route("Printer", [CREATE, "Filed it, as edited."])
+    rt = make_runtime(redis_conn, model_server.url)
+    run, approval = waiting_run(rt, "Printer jam on floor 2, file it")
+    for bad, says in (
+        (["--set", "nope=1"], "there is no argument 'nope'"),
+        (["--set", "priority=banana"], "the edit is refused (priority)"),
+        (["--set", "title"], "is not field=value"),
+    ):
+        assert main(["approvals", "approve", approval, *bad]) == 2
+        assert says in capsys.readouterr().err
+    assert not rt.approvals.get(approval).decided
+
+    edit = ["--set", "title=Printer on fire = urgent", "--set", "priority=urgent"]
+    assert main(["approvals", "approve", approval, *edit]) == 0
+    assert f"approved with edits by {local_user()}" in capsys.readouterr().out
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    ticket = TicketStore(tmp_path / "tickets.sqlite3").get(1)
+    assert ticket is not None and ticket["title"] == "Printer on fire = urgent"
+    assert ticket["priority"] == "urgent"
+
+
+def test_reject_with_instructions_tells_the_model_what_to_do_instead(
+    shell, redis_conn, model_server, capsys
+):
+    model_server.route("Printer", [CREATE, "I will ask facilities instead."])
+    rt = make_runtime(redis_conn, model_server.url)
+    run, approval = waiting_run(rt, "Printer jam again, file it")
+    told = ["--instructions", "ask facilities, they own printers", "--reason", "wrong team"]
+    assert main(["approvals", "reject", approval, *told]) == 0
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    [observation] = tool_messages(model_server.last_chat_request)
+    assert "wrong team" in observation and "ask facilities, they own printers" in observation

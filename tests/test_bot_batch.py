@@ -6,9 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from approvals import ApprovalStatus
-from bot.render.blocks import APPROVE, APPROVE_ALL, EDIT, REJECT_ALL
+from bot.render.blocks import (
+    APPROVE,
+    APPROVE_ALL,
+    EDIT,
+    REJECT_ALL,
+    REJECT_ALL_MODAL,
+    REJECT_INSTRUCTIONS_BLOCK,
+    REJECT_INSTRUCTIONS_INPUT,
+    REJECT_REASON_BLOCK,
+    REJECT_REASON_INPUT,
+)
 from tests.fakes.openai_server import FakeOpenAI, Turn
-from tests.fakes.slack_server import app_mention
+from tests.fakes.slack_server import app_mention, view_submission
 from tests.support.runtime import tool_messages
 from tests.support.slack_bot import (
     ALICE,
@@ -101,14 +111,29 @@ def test_an_item_decided_on_its_own_leaves_the_rest_to_reject_all(
     assert second not in buttons(updated["blocks"]).values()
 
     env.click(REJECT_ALL, batch_id, SUPPORT, channel=CHANNEL, message_ts=card_ts)
+    modal = env.slack.wait_for_call(
+        "views.open", lambda a: a["view"]["callback_id"] == REJECT_ALL_MODAL
+    )["view"]
+    assert "the 2 you may decide" in texts(modal["blocks"])
+    assert not env.rt.approvals.get(first).decided  # nothing is rejected before the reason
+    values = {
+        REJECT_REASON_BLOCK: {REJECT_REASON_INPUT: {"type": "plain_text_input", "value": "dupes"}},
+        REJECT_INSTRUCTIONS_BLOCK: {
+            REJECT_INSTRUCTIONS_INPUT: {"type": "plain_text_input", "value": "file just one"}
+        },
+    }
+    meta = modal["private_metadata"]
+    env.post(view_submission(REJECT_ALL_MODAL, values, user_id=SUPPORT, private_metadata=meta))
     env.slack.wait_for_call(
         "chat.update", lambda a: a["ts"] == card_ts and texts(a).count("Rejected by") == 2
     )
     statuses = [env.rt.approvals.get(i).status for i in (first, second, third)]
     assert statuses == [ApprovalStatus.REJECTED, ApprovalStatus.APPROVED, ApprovalStatus.REJECTED]
+    assert env.rt.approvals.get(third).reason == "dupes"
 
     env.work()
     assert env.rt.store.load(run.id).status == RunStatus.COMPLETED
     assert TicketStore(tickets_db).count_executions("create_ticket") == 1
     observations = tool_messages(model_server.last_chat_request)
     assert [("rejected" in o) for o in observations] == [True, False, True]
+    assert "dupes" in observations[0] and "file just one" in observations[2]

@@ -138,3 +138,25 @@ def test_what_the_cap_held_back_comes_in_one_digest_per_person_after_the_interva
             assert "8 calls" in first["text"] and second_card.replace(".", "") not in first["text"]
             assert "8 more calls are waiting for your decision" in digest["text"]
             assert second_card.replace(".", "") in digest["text"]  # the link to that card
+
+
+def test_a_card_left_undecided_is_reminded_again_at_its_interval_up_to_its_limit(
+    make_env, model_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reminders, "REMINDER_INTERVAL", 1)  # the per-person cap: a second
+    rule = "remind_after: 0\n    remind_every: 2h\n    remind_limit: 2"
+    with make_env(rule) as env:
+        ask_for_eight(env, model_server, "file eight tickets")
+        registry = env.rt.queue.scheduled_job_registry
+        [next_id] = [j for j in registry.get_job_ids() if j.startswith("remind-")]
+        job = env.rt.queue.fetch_job(next_id)
+        assert job is not None and next_id.endswith("-1")
+        due = registry.get_expiration_time(job).timestamp()
+        assert 2 * 3600 - 60 < due - time.time() <= 2 * 3600  # in two hours
+        past = time.time() + reminders.REMINDER_INTERVAL
+        wait_until(lambda: time.time() > past, what="the per-person interval to pass")
+        registry.remove(job)  # the two hours are up: what RQ's scheduler does then
+        env.rt.queue.enqueue_job(job)
+        env.work()
+        assert [len(dms_to(env, a)) for a in APPROVERS] == [2, 2, 2]
+        assert [j for j in registry.get_job_ids() if j.startswith("remind-")] == []  # the limit

@@ -187,7 +187,7 @@ def test_an_approval_left_at_ctrl_c_is_offered_again_by_the_next_chat(
     model_server.route("Mouse", [TICKET, "Filed ticket #1."])
     first = chats.start()
     first.send("Mouse broken, file it")
-    first.expect("approve? [y]es / [n]o [reason]: ")
+    first.expect("approve? [y]es / [e]dit / [n]o [reason] / [i]nstruct: ")
     first.interrupt()
     text = first.expect("or `switchboard chat`.")
     assert "Leaving run" in text and "switchboard approvals approve ap_" in text

@@ -166,6 +166,27 @@ SAMPLES: dict[EventKind, dict[str, Any]] = {
         "by": "UCAROL",
         "errors": {"a0": "priority must be one of low, high"},
     },
+    EventKind.GRANT_CREATED: {
+        "grant_id": "gr_1",
+        "approval_id": "ap_1",
+        "tool": "create_ticket",
+        "by": "UCAROL",
+        "scope": "thread",
+        "any": ["title"],
+        "fixed": ["project"],
+        "expires_at": START + 3600,
+    },
+    EventKind.GRANT_REVOKED: {"grant_id": "gr_1", "by": "UALICE"},
+    EventKind.APPROVAL_COVERED: {
+        "approval_id": "ap_2",
+        "call_id": "call_2",
+        "tool": "create_ticket",
+        "args": {"project": "IT", "title": "x"},
+        "grant_id": "gr_1",
+        "by": "UCAROL",
+        "scope": "thread",
+        "expires_at": START + 3600,
+    },
 }
 
 # Markup a model, a tool or a person could write to ping, mention or forge a link.

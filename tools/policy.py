@@ -57,8 +57,12 @@ class ToolRule:
     high_risk: bool = False
     constraints: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     remind_after: float | None = None  # seconds a request waits before approvers get a DM
+    remind_every: float | None = None  # then again every so many seconds ...
+    remind_limit: int = 3  # ... up to this many reminders for one card in all
     escalate_to: tuple[str, ...] = ()  # roles that may decide too, after escalate_after
     escalate_after: float | None = None
+    grants: tuple[str, ...] = ()  # standing grants an approver may make (GRANT_SCOPES)
+    self_grants: bool = False  # may a requester who self-approves grant for themselves?
 
     @classmethod
     def from_fields(cls, fields: RuleFields) -> ToolRule:
@@ -69,8 +73,12 @@ class ToolRule:
             high_risk=fields["high_risk"],
             constraints=MappingProxyType(dict(fields["constraints"])),
             remind_after=fields.get("remind_after"),
+            remind_every=fields.get("remind_every"),
+            remind_limit=int(fields.get("remind_limit", 3)),
             escalate_to=tuple(fields.get("escalate_to", ())),
             escalate_after=fields.get("escalate_after"),
+            grants=tuple(fields.get("grants", ())),
+            self_grants=bool(fields.get("self_grants", False)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -81,8 +89,16 @@ class ToolRule:
             "high_risk": self.high_risk,
             "constraints": {name: list(values) for name, values in self.constraints.items()},
             **({"remind_after": self.remind_after} if self.remind_after is not None else {}),
+            **(
+                {"remind_every": self.remind_every, "remind_limit": self.remind_limit}
+                if self.remind_every is not None
+                else {}
+            ),
             **({"escalate_to": list(self.escalate_to)} if self.escalate_to else {}),
             **({"escalate_after": self.escalate_after} if self.escalate_after is not None else {}),
+            # only when set: a policy without grants keeps the version it had
+            **({"grants": list(self.grants)} if self.grants else {}),
+            **({"self_grants": True} if self.self_grants else {}),
         }
 
 
@@ -231,7 +247,7 @@ class Policy:
             return NO_RULE, None
         declared = tool is not None and tool.high_risk and tool.effect == "write"
         if declared and not rule.high_risk and source not in self.high_risk_entries:
-            rule = dataclasses.replace(rule, high_risk=True)
+            rule = dataclasses.replace(rule, high_risk=True, grants=(), self_grants=False)
         return rule, source
 
     def allowed_tools(self, roles: Iterable[str]) -> list[str]:

@@ -63,9 +63,18 @@ WRITE_ONLY_KEYS = (
     "self_approval",
     "high_risk",
     "remind_after",
+    "remind_every",
+    "remind_limit",
     "escalate_to",
     "escalate_after",
+    "grants",
+    "self_grants",
 )
+MIN_REMIND_EVERY = 60.0  # seconds: one DM a person a minute is the surface's cap anyway
+MAX_REMINDERS = 20  # reminders one card gets in all, at most
+# Standing grants an approver may make for a tool (worker/service/grants.py): the call's
+# thread for up to a day, or any thread for an hour or a day.
+GRANT_SCOPES = ("thread", "hour", "day")
 TOOL_KEYS = {"read": ("allow", "constraints"), "write": ("allow", *WRITE_ONLY_KEYS, "constraints")}
 DEFAULT_KEYS = {"read": ("allow",), "write": ("allow", *WRITE_ONLY_KEYS)}
 PATTERN_KEYS = ("allow", *WRITE_ONLY_KEYS)  # the write-only keys apply to the writes it matches
@@ -90,6 +99,10 @@ class RuleFields(TypedDict):
     remind_after: NotRequired[float | None]
     escalate_to: NotRequired[tuple[str, ...]]
     escalate_after: NotRequired[float | None]
+    grants: NotRequired[tuple[str, ...]]
+    self_grants: NotRequired[bool]
+    remind_every: NotRequired[float | None]
+    remind_limit: NotRequired[int]
 
 
 def default_rules() -> dict[str, RuleFields]:
@@ -280,6 +293,13 @@ class _Reader(NodeReader):
                 rules[name] = self.merged(defaults[tool.effect], overrides, key, where)
                 if "high_risk" in overrides:
                     self.high_risk_entries.add(where)
+                elif tool.high_risk and "grants" in overrides:
+                    self.error(
+                        key,
+                        f"{where}: grants are not allowed: {name} is declared high risk "
+                        f"({tool.source} says it is destructive); remove grants, or set "
+                        "high_risk: false if you have judged it safe to allow",
+                    )
         return rules, patterns
 
     def pattern(
@@ -373,10 +393,27 @@ class _Reader(NodeReader):
                         raise self.invalid(
                             key_node, f"{where}.approvers is empty: name a role or 'requester'"
                         )
-                elif key in ("self_approval", "high_risk"):
+                elif key == "grants":
+                    rule[key] = self.grant_scopes(value, f"{where}.grants")
+                elif key in ("self_approval", "high_risk", "self_grants"):
                     rule[key] = self.boolean(value, f"{where}.{key}")
                 elif key in ("remind_after", "escalate_after"):
                     rule[key] = self.duration(value, f"{where}.{key}")
+                elif key == "remind_every":
+                    rule[key] = self.duration(value, f"{where}.{key}")
+                    if rule[key] < MIN_REMIND_EVERY:
+                        raise self.invalid(
+                            value, f"{where}.remind_every must be at least 1m (e.g. 4h)"
+                        )
+                elif key == "remind_limit":
+                    number = self.scalar(value) if isinstance(value, yaml.ScalarNode) else None
+                    if not _in_range(number, MAX_REMINDERS, whole=True) or not number:
+                        raise self.invalid(
+                            value,
+                            f"{where}.remind_limit must be a whole number from 1 to "
+                            f"{MAX_REMINDERS}: the reminders one card gets in all",
+                        )
+                    rule[key] = int(number)
                 elif key == "escalate_to":
                     rule[key] = tuple(self.roles_named(value, f"{where}.escalate_to"))
                 elif key == "constraints" and parameters is not None:
@@ -395,7 +432,18 @@ class _Reader(NodeReader):
             remind_after=overrides.get("remind_after", base.get("remind_after")),
             escalate_to=overrides.get("escalate_to", base.get("escalate_to", ())),
             escalate_after=overrides.get("escalate_after", base.get("escalate_after")),
+            remind_every=overrides.get("remind_every", base.get("remind_every")),
+            remind_limit=overrides.get("remind_limit", base.get("remind_limit", 3)),
+            grants=overrides.get("grants", base.get("grants", ())),
+            self_grants=overrides.get("self_grants", base.get("self_grants", False)),
         )
+        self.check_grants(rule, overrides, node, where)
+        if rule.get("remind_every") is not None and rule.get("remind_after") is None:
+            raise self.invalid(
+                node,
+                f"{where}: remind_every repeats the reminder remind_after sends; set "
+                "remind_after too (e.g. remind_after: 30m and remind_every: 4h)",
+            )
         if bool(rule["escalate_to"]) != (rule["escalate_after"] is not None):
             raise self.invalid(
                 node,
@@ -412,6 +460,39 @@ class _Reader(NodeReader):
                 "self_approval: true",
             )
         return rule
+
+    def check_grants(
+        self, rule: RuleFields, overrides: dict[str, Any], node: Node, where: str
+    ) -> None:
+        """Standing grants never for high-risk tools: refused where the entry asks for both;
+        grants an entry inherits (from `defaults:`) do not apply to a high-risk one."""
+        if rule.get("grants") and rule["high_risk"]:
+            if "grants" in overrides:
+                raise self.invalid(
+                    node,
+                    f"{where}: grants are not allowed for a high_risk tool (each of its calls "
+                    "must be confirmed on its own); remove grants or set high_risk: false",
+                )
+            rule["grants"] = ()
+        if rule.get("self_grants") and not (rule.get("grants") and rule["self_approval"]):
+            raise self.invalid(
+                node,
+                f"{where}: self_grants lets the requester allow their own calls, so it needs "
+                "grants (e.g. grants: [thread]) and self_approval: true",
+            )
+
+    def grant_scopes(self, node: Node, where: str) -> tuple[str, ...]:
+        scopes: list[str] = []
+        for scope, item in self.strings(node, where, "[thread, hour]"):
+            if scope not in GRANT_SCOPES:
+                self.error(
+                    item,
+                    f"{where}: unknown grant {scope!r}{_suggest(scope, GRANT_SCOPES)} "
+                    f"(allowed: {', '.join(GRANT_SCOPES)})",
+                )
+            elif scope not in scopes:
+                scopes.append(scope)
+        return tuple(scopes)
 
     def constraints(
         self, node: Node, where: str, parameters: dict[str, Any]

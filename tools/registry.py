@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import math
 import re
@@ -15,7 +16,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError
 
 from tools.context import ToolContext
-from tools.decode import argument_error, json_type, schema_problems
+from tools.decode import argument_error, canonical_json, json_type, schema_problems
 from tools.exceptions import (
     DuplicateToolError,
     OperatorError,
@@ -65,6 +66,9 @@ class Tool:
     normalizer: Normalizer | None = field(default=None, repr=False)
     source: str = ""
     high_risk: bool = False
+    # What an MCP server's listing said about the tool (readOnlyHint, destructiveHint...);
+    # None for tools declared in Python. Part of `contract_digest`.
+    annotations: dict[str, Any] | None = field(default=None, repr=False)
     strict: bool = field(init=False)
     _validator: Draft202012Validator = field(init=False, repr=False)
 
@@ -95,6 +99,16 @@ class Tool:
             object.__setattr__(self, "source", "module " + origin_module(self.handler))
         object.__setattr__(self, "_validator", _schema_validator(self.name, self.parameters))
         object.__setattr__(self, "strict", is_strict_compatible(self.parameters))
+
+    @property
+    def contract_digest(self) -> str:
+        """A digest of what the tool takes and what it says it does: its schema, effect,
+        high-risk declaration and annotations. A standing grant made under one digest does
+        not cover a call of the tool once it changed (approvals/grants.py)."""
+        material = canonical_json(
+            [self.name, self.parameters, self.effect, self.high_risk, self.annotations]
+        )
+        return hashlib.sha256(material.encode()).hexdigest()[:16]
 
     def openai_spec(self) -> dict[str, Any]:
         """The Chat Completions `tools` entry; `strict` only when the schema allows it."""

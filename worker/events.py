@@ -67,6 +67,10 @@ class EventKind(StrEnum):
     # worker/service/library.py, worker/service/decisions.py
     DEMO_CANDIDATE_SAVED = "demo_candidate_saved"
     EDIT_REFUSED = "edit_refused"
+    # worker/service/grants.py, worker/standing.py: standing grants
+    GRANT_CREATED = "grant_created"
+    GRANT_REVOKED = "grant_revoked"
+    APPROVAL_COVERED = "approval_covered"  # a write approved by a grant, without a card
 
     @classmethod
     def ended(cls, status: RunStatus) -> EventKind:
@@ -94,6 +98,7 @@ GENERIC_KINDS: frozenset[EventKind] = frozenset(
         EventKind.APPROVAL_REMINDED,
         EventKind.APPROVAL_ESCALATED,
         EventKind.EDIT_REFUSED,
+        EventKind.GRANT_REVOKED,
     }
 )
 

@@ -53,6 +53,10 @@ class Keys(ApprovalKeys):
         """Per-person limits: `active`, `waiting`, `rate`, `spend:{day}`."""
         return f"{self.ns}user:{user_id}:{what}"
 
+    def reminders_sent(self, approval_id: str) -> str:
+        """Counter: reminders sent for the card whose first request this is."""
+        return f"{self.ns}reminded:{approval_id}"
+
     # -- the task library ------------------------------------------------------------------
     @property
     def demos_stored(self) -> str:

@@ -21,7 +21,7 @@ from approvals import ApprovalRequest, ApprovalStatus
 from tools.decode import canonical_json, decode_arguments
 from tools.exceptions import ArgumentError
 from tools.registry import Tool
-from worker import executor, grounding, metrics, profiles, reminders, tracing
+from worker import executor, grounding, metrics, profiles, reminders, standing, tracing
 from worker.budgets import exhausted
 from worker.events import EventKind
 from worker.library import Demonstration
@@ -428,12 +428,17 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
     """Ask for the turn's writes (together: one card for several); collect decided ones;
     suspend while any is undecided."""
     asked: list[tuple[ApprovalRequest, Tool]] = []
+    covered: list[ApprovalRequest] = []
     for position, call in enumerate(run.turn):
         if call.state == "done":
             continue
         if call.approval_id is None:
-            asked.append(request_approval(rt, run, call, position))
-            continue
+            granted = standing.cover(rt, run, call, approval_id_for(run, call, position))
+            if granted is None:
+                asked.append(request_approval(rt, run, call, position))
+                continue
+            call.approval_id = granted.id
+            covered.append(granted)
         request = rt.approvals.get(call.approval_id)
         if request.status == ApprovalStatus.PENDING:
             continue
@@ -443,6 +448,7 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
         if request.status == ApprovalStatus.APPROVED:  # the world may have changed
             run.seen.clear()
             run.repeated.clear()
+    rt.surface(run).approvals_covered(run, covered)
     if asked:
         rt.surface(run).approvals_requested(run, asked)
         reminders.schedule(rt, [request for request, _ in asked])  # once the cards exist

@@ -115,6 +115,23 @@ RUN_DURATION = Histogram(
     ["status"],
     buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
 )
+GRANTS = Counter(
+    "switchboard_grants",
+    "Standing grants made (approve and allow similar calls), by scope: thread, hour, day.",
+    ["scope"],
+)
+GRANT_COVERED = Counter(
+    "switchboard_grant_covered_calls",
+    "Write calls approved by a standing grant instead of a card.",
+)
+GRANT_LAPSED = Counter(
+    "switchboard_grant_lapsed_calls",
+    "Write calls a matching grant no longer covered (a card was shown), by why: revoked, "
+    "expired, policy_changed, tool_changed, missing.",
+    ["why"],
+)
+GRANT_SCOPES = ("thread", "hour", "day")
+GRANT_LAPSES = ("revoked", "expired", "policy_changed", "tool_changed", "missing")
 BUILD_INFO = Gauge(
     "switchboard_build_info",
     "Always 1: the version of Switchboard and of Python this process runs.",
@@ -135,6 +152,10 @@ for _kind in MODEL_ERROR_KINDS:
     MODEL_ERRORS.labels(_kind)
 for _kind in SPENT_KINDS:
     MODEL_ATTEMPTS_FAILED.labels(_kind)
+for _scope in GRANT_SCOPES:
+    GRANTS.labels(_scope)
+for _why in GRANT_LAPSES:
+    GRANT_LAPSED.labels(_why)
 
 
 # --- recording (one call from each place that knows) -------------------------------------------
@@ -180,6 +201,19 @@ def tool_called(tool: str, effect: str, ok: bool) -> None:
 
 def approval_decided(request: ApprovalRequest) -> None:
     APPROVAL_DECISION.observe(max(0.0, request.decided_at - request.created_at))
+
+
+def grant_made(scope: str) -> None:
+    if scope in GRANT_SCOPES:
+        GRANTS.labels(scope).inc()
+
+
+def grant_covered() -> None:
+    GRANT_COVERED.inc()
+
+
+def grant_lapsed(why: str) -> None:
+    GRANT_LAPSED.labels(why if why in GRANT_LAPSES else "missing").inc()
 
 
 def observe_ack(seconds: float) -> None:
@@ -351,6 +385,9 @@ __all__ = [
     "MetricsServer",
     "approval_decided",
     "attempt_failed",
+    "grant_covered",
+    "grant_lapsed",
+    "grant_made",
     "model_called",
     "model_failed",
     "observe_ack",

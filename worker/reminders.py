@@ -11,10 +11,14 @@ worker's sweeper runs. A job that finds every request it names decided does noth
 Per card, not per item: the writes one turn asks for share a card, and they share one job
 per kind and wait, so a turn of 8 writes sends each approver one DM naming the 8, not 8 DMs.
 The surface caps what is left (bot.outbound.reminder_dms: one DM per person per interval).
+With `remind_every`, a card still undecided is reminded of again at that interval, up to
+`remind_limit` reminders for the card in all (and never past its expiry); each one still
+goes through the per-person cap.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import structlog
@@ -22,6 +26,7 @@ import structlog
 from approvals import ApprovalRequest
 from worker import runtime
 from worker.events import EventKind
+from worker.keys import Keys
 
 log = structlog.get_logger(__name__)
 
@@ -78,7 +83,34 @@ def remind(rt: runtime.Runtime, approval_ids: list[str]) -> str:
             run.id, EventKind.APPROVAL_REMINDED, approval_id=request.id, tool=request.tool
         )
     rt.surface(run).approval_reminders(run, pending, escalated=False)
+    repeat(rt, approval_ids, pending)
     return "reminded"
+
+
+def repeat(rt: runtime.Runtime, approval_ids: list[str], pending: list[ApprovalRequest]) -> None:
+    """`remind_every`: schedule the card's next reminder, until it has had `remind_limit`
+    in all or the next would come after its expiry."""
+    try:
+        rule = rt.policy.rule(pending[0].tool)
+    except KeyError:
+        return
+    if rule.remind_every is None:
+        return
+    key = Keys(rt.settings.namespace).reminders_sent(approval_ids[0])
+    pipe = rt.redis.pipeline(transaction=True)
+    pipe.incr(key)
+    pipe.expire(key, int(rt.settings.approval_ttl) + 3600)
+    sent = int(pipe.execute()[0])
+    if sent >= rule.remind_limit or time.time() + rule.remind_every >= min(
+        r.expires_at for r in pending
+    ):
+        return
+    rt.queue.enqueue_in(
+        timedelta(seconds=rule.remind_every),
+        "worker.reminders.remind_approvals",
+        approval_ids,
+        job_id=f"remind-{approval_ids[0]}-{sent}",
+    )
 
 
 def escalate(rt: runtime.Runtime, approval_ids: list[str]) -> str:

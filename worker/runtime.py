@@ -14,6 +14,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from approvals import ApprovalStore, ExecutionLedger
+from approvals.grants import GrantStore
 from approvals.store import Decision
 from tools.policy import Policy
 from tools.registry import ToolRegistry
@@ -99,6 +100,7 @@ class Runtime:
         self.events = EventLog(self.redis, ns)
         self.approvals = ApprovalStore(self.redis, due_key=self.store.keys.due, namespace=ns)
         self.ledger = ExecutionLedger(self.redis, ns)
+        self.grants = GrantStore(self.redis, ns)
         self.queue = Queue(
             self.settings.queue_name, connection=self.redis, serializer=JSONSerializer
         )

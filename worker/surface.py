@@ -29,6 +29,10 @@ class Surface(Protocol):
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None: ...
 
+    def approvals_covered(self, run: Run, requests: list[ApprovalRequest]) -> None:
+        """Writes of one turn that standing grants approved (no card): one compact note."""
+        ...
+
     def approval_reminders(
         self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
     ) -> None: ...
@@ -53,6 +57,9 @@ class SilentSurface:
         return None
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
+        return None
+
+    def approvals_covered(self, run: Run, requests: list[ApprovalRequest]) -> None:
         return None
 
     def approval_reminders(
@@ -93,6 +100,12 @@ class Guarded:
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         self._guard("approval_resolved", run, lambda: self.inner.approval_resolved(run, request))
+
+    def approvals_covered(self, run: Run, requests: list[ApprovalRequest]) -> None:
+        if requests:
+            self._guard(
+                "approvals_covered", run, lambda: self.inner.approvals_covered(run, requests)
+            )
 
     def approval_reminders(
         self, run: Run, requests: list[ApprovalRequest], *, escalated: bool

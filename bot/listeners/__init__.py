@@ -24,6 +24,7 @@ The package, by what Slack sends:
 - `actions`: buttons and modals (a card's, a run's), App Home (`home` builds it)
 - `edit`: the Edit button and the Edit modal's submission
 - `batch`: Approve all / Reject all on a batch card
+- `grants`: "Approve and allow…" (standing grants), its modal, and Revoke in App Home
 - `demos`: saving a run as a demonstration, from the run modal
 - `commands`: the slash command
 - `lifecycle`: the installation going away, and the catch-alls
@@ -38,7 +39,7 @@ from typing import Any
 import structlog
 from slack_bolt import App, Assistant, BoltContext, BoltRequest, BoltResponse
 
-from bot.listeners import actions, assistant, batch, edit, lifecycle, questions
+from bot.listeners import actions, assistant, batch, edit, grants, lifecycle, questions
 from bot.listeners.base import Bot, boundary
 from bot.listeners.commands import COMMAND, on_command
 from bot.render.blocks import (
@@ -50,11 +51,13 @@ from bot.render.blocks import (
     HOME_PAGE,
     REJECT,
     REJECT_ALL,
+    REJECT_ALL_MODAL,
     REJECT_MODAL,
     SAVE_DEMO,
     SHOW_ARGS,
     VIEW_RUN,
 )
+from bot.render.grants import GRANT, GRANT_MODAL, REVOKE_GRANT
 from bot.transport import ids
 from bot.transport.payloads import envelope_team
 
@@ -86,7 +89,11 @@ def register(app: App, sb: Bot) -> None:
     app.action(EDIT)(edit.on_edit)
     app.action(APPROVE_ALL)(batch.on_decide_all)
     app.action(REJECT_ALL)(batch.on_decide_all)
+    app.view(REJECT_ALL_MODAL)(batch.on_reject_all_submitted)
     app.view(EDIT_MODAL)(edit.on_edit_submitted)
+    app.action(re.compile(f"^{GRANT}_[a-z]{{1,10}}$"))(grants.on_grant)
+    app.view(GRANT_MODAL)(grants.on_grant_submitted)
+    app.action(REVOKE_GRANT)(grants.on_revoke_grant)
     app.command(COMMAND)(on_command)
     app.event("app_uninstalled")(lifecycle.on_installation_gone)
     app.event("tokens_revoked")(lifecycle.on_installation_gone)

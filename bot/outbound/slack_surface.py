@@ -34,6 +34,7 @@ from bot.render.blocks import (
     status_final,
 )
 from bot.render.blocks import status_working as status_working_message
+from bot.render.grants import covered_message, grant_buttons
 from bot.render.mrkdwn import channel as channel_link
 from bot.state.identity import UserGroups, user_groups
 from bot.state.installations import Installations
@@ -42,7 +43,7 @@ from worker import runtime
 from worker.keys import Keys
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
-from worker.service import approvals, runs
+from worker.service import approvals, grants, runs
 
 log = structlog.get_logger(__name__)
 
@@ -247,6 +248,7 @@ class SlackSurface:
             high_risk=facts.high_risk,
             elsewhere=elsewhere,
             outcome=outcome,
+            offers=grant_buttons(request, facts.grants),
         )
 
     def approvers(self, request: ApprovalRequest, facts: approvals.Facts | None = None) -> str:
@@ -256,6 +258,17 @@ class SlackSurface:
             return facts.approvers
         roles = ", ".join("@" + r for r in facts.escalated_to)
         return facts.approvers + m.CARD_ESCALATED.format(roles=roles)
+
+    def approvals_covered(self, run: Run, requests: list[ApprovalRequest]) -> None:
+        """One compact note in the thread for the turn's writes standing grants approved."""
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if not channel or not thread_ts or self.gone(run):
+            return
+        used = grants.used_in(self.rt, [r.grant_id for r in requests])
+        note = covered_message(requests, {g.id: g for g in used})
+        self.client.chat_postMessage(
+            channel=channel, thread_ts=thread_ts, text=note.text, blocks=note.blocks
+        )
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
         if self.gone(run):

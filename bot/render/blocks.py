@@ -47,6 +47,7 @@ REJECT_INSTRUCTIONS_INPUT = "instructions"
 EDIT = "sb_edit"
 APPROVE_ALL = "sb_approve_all"
 REJECT_ALL = "sb_reject_all"
+REJECT_ALL_MODAL = "sb_reject_all_modal"
 EDIT_MODAL = "sb_edit_modal"
 
 SECTION_LIMIT = 3000
@@ -249,9 +250,11 @@ def approval_card(
     high_risk: bool,
     elsewhere: str | None = None,
     outcome: str | None = None,
+    offers: list[dict[str, Any]] | None = None,
 ) -> Message:
     """The card while pending (`outcome` None: with buttons) or once resolved (no
-    decision buttons, the outcome in their place)."""
+    decision buttons, the outcome in their place). `offers`: more buttons while pending
+    (the standing grants the policy allows, bot/render/grants.py)."""
     args_text, cut_paths = pretty_json_cut(request.args)
     bidi = has_bidi(args_text)
     past_preview = len(args_text) > ARGS_PREVIEW
@@ -289,6 +292,8 @@ def approval_card(
         if was_cut or bidi:
             elements.append(show_all)
         blocks.append(actions(*elements, block_id="sb_decide"))
+        if offers:
+            blocks.append(actions(*offers, block_id="sb_grant"))
         text = m.CARD_FALLBACK.format(user=mention(request.requester), tool=escape(request.tool))
     else:
         blocks.append(section(outcome))

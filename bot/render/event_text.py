@@ -153,6 +153,29 @@ def approval_decided(event: Event, offset: str) -> str:
     )
 
 
+def grant_created(event: Event, offset: str) -> str:
+    d = event.data
+    return m.EVENT_GRANTED.format(
+        offset=offset,
+        user=mention(str(d.get("by", ""))),
+        tool=escape(str(d.get("tool", ""))),
+        scope=escape(str(d.get("scope", ""))),
+        any=escape(", ".join(str(n) for n in d.get("any") or []) or "nothing else"),
+        grant_id=escape(str(d.get("grant_id", ""))),
+    )
+
+
+def approval_covered(event: Event, offset: str) -> str:
+    d = event.data
+    return m.EVENT_COVERED.format(
+        offset=offset,
+        tool=escape(str(d.get("tool", ""))),
+        args=short_code(d.get("args"), 300),
+        user=mention(str(d.get("by", ""))),
+        grant_id=escape(str(d.get("grant_id", ""))),
+    )
+
+
 def approval_expired(event: Event, offset: str) -> str:
     return m.EVENT_EXPIRED.format(offset=offset, tool=escape(str(event.data.get("tool"))))
 
@@ -220,6 +243,8 @@ RENDERERS: dict[str, Render] = {
     K.APPROVAL_REQUESTED: approval_requested,
     K.APPROVAL_DECIDED: approval_decided,
     K.APPROVAL_EXPIRED: approval_expired,
+    K.GRANT_CREATED: grant_created,
+    K.APPROVAL_COVERED: approval_covered,
     K.DECISION_REFUSED: decision_refused,
     K.DEMO_CANDIDATE_SAVED: demo_saved,
     K.CANCEL_REQUESTED: cancel_requested,

@@ -79,6 +79,12 @@ REJECT_INSTRUCTIONS_PLACEHOLDER = "e.g. file it under HR with priority low"
 MODAL_RUN_TITLE = "Switchboard run"
 MODAL_ARGS_TITLE = "Tool call arguments"
 MODAL_REJECT_TITLE = "Reject this call"
+MODAL_REJECT_ALL_TITLE = "Reject all"
+REJECT_ALL_INTRO = (
+    "{user} asked to run these calls. This rejects the {count} you may decide that are still "
+    "waiting. You may say why."
+)
+SUBMIT_REJECT_ALL = "Reject all"
 REJECT_INTRO = "{user} asked to run *{tool}*. You may say why you reject it."
 REJECT_REASON_LABEL = "Reason (optional, shown to the requester and the model)"
 REJECT_REASON_PLACEHOLDER = "e.g. wrong project, ask IT first"
@@ -305,6 +311,10 @@ EVENT_DENIED = "`+{offset}` *{tool}* denied: {why}"
 EVENT_INVALID = "`+{offset}` *{tool}* invalid arguments: {error}"
 EVENT_APPROVAL = "`+{offset}` approval requested for *{tool}* `{args}`; may decide: {approvers}"
 EVENT_DECIDED = "`+{offset}` *{status}* by {user}{reason}"
+EVENT_GRANTED = (
+    "`+{offset}` {user} allowed similar *{tool}* calls ({scope}; any {any}) · grant {grant_id}"
+)
+EVENT_COVERED = "`+{offset}` *{tool}* {args} approved by {user}'s standing grant {grant_id}"
 EVENT_EDITED = " (with edits: {changes})"
 EVENT_INSTRUCTIONS = " (told the agent: {text})"
 EVENT_EXPIRED = "`+{offset}` approval for *{tool}* expired (not run)"
@@ -362,3 +372,61 @@ STATUS_WORDS = {
     "partial": "stopped early",
     "failed": "failed",
 }
+
+# -- standing grants (bot/render/grants.py) --------------------------------------------------
+
+GRANT_BUTTON = {
+    "thread": "Approve and allow in this thread",
+    "hour": "Approve and allow for 1 hour",
+    "day": "Approve and allow for 1 day",
+}
+GRANT_WHERE = {
+    "thread": "in this thread for up to a day",
+    "hour": "for the next hour, in any conversation",
+    "day": "for the next day, in any conversation",
+}
+MODAL_GRANT_TITLE = "Approve and allow"
+SUBMIT_GRANT = "Approve and allow"
+GRANT_INTRO = (
+    "This approves {user}'s *{tool}* call now, and allows {user}'s later *{tool}* calls "
+    "{where} without asking again, when their arguments match:"
+)
+GRANT_FIXED_NONE = "_No argument is fixed: any arguments of {tool} are allowed._"
+GRANT_FIXED = "*Must be exactly as now, unless ticked below:*\n{lines}"
+GRANT_FIXED_LINE = "• *{name}* = {value}"
+GRANT_ABSENT = "(not set)"
+GRANT_WIDEN_LABEL = "Allow any value for"
+GRANT_WIDEN_HINT = (
+    "Ticked arguments may be anything; every other one must be exactly as in this call."
+)
+GRANT_FOOTER = (
+    "Each call it allows is recorded as approved by you and shown in the thread. It ends "
+    "when its time is up, when the policy or the tool changes, or when it is revoked "
+    "(App Home, _Allowed for you_)."
+)
+GRANT_NOT_ALLOWED = (
+    "You may not allow similar calls of this tool: only {approvers} may, where the "
+    "policy offers it."
+)
+GRANT_STALE = "This request changed since the form was opened; nothing was approved."
+GRANT_INVALID = "That form names arguments the tool does not have; nothing was approved."
+GRANT_NO_THREAD = "This run has no thread to allow calls in; nothing was approved."
+GRANT_TOO_MANY = "{user} already has as many standing grants as allowed; revoke one first."
+GRANT_MADE = ":white_check_mark: Approved, and allowed {where} ({grant_id})."
+COVERED_LINE = (
+    ":repeat: *{tool}* {args} approved by {user}'s standing grant ({scope}, until {until})"
+)
+COVERED_FALLBACK = "{count} call(s) approved by a standing grant"
+HOME_GRANTS = "Allowed for you"
+HOME_GRANTS_NONE = "No standing grants. Approving with “allow” makes one."
+HOME_GRANT_LINE = (
+    "*{tool}* for {requester}, allowed by {grantor} {where} · {constraint} · until {until}"
+    " · used {uses}×"
+)
+HOME_GRANT_ANY = "any {names}"
+HOME_GRANT_LAPSED = " · _no longer in force (the policy or the tool changed)_"
+REVOKE = "Revoke"
+REVOKED = "Revoked {grant_id}: it allows nothing more."
+REVOKE_NOT_ALLOWED = "Only the grantor, the person it covers, or an admin may revoke it."
+REVOKE_ENDED = "{grant_id} had already ended."
+REVOKE_NOT_FOUND = "No such grant (it ended a while ago)."

@@ -13,6 +13,7 @@ from bot.render.blocks import (
     EDIT,
     HOME_PAGE,
     REJECT,
+    REJECT_ALL_MODAL,
     REJECT_INSTRUCTIONS_BLOCK,
     REJECT_INSTRUCTIONS_INPUT,
     REJECT_MODAL,
@@ -75,46 +76,61 @@ def modal(title: str, blocks: list[dict[str, Any]], **extra: Any) -> dict[str, A
 
 
 def reject_modal(request: ApprovalRequest, metadata: str) -> dict[str, Any]:
+    intro = m.REJECT_INTRO.format(user=mention(request.requester), tool=escape(request.tool))
     return modal(
         m.MODAL_REJECT_TITLE,
-        [
-            section(
-                m.REJECT_INTRO.format(user=mention(request.requester), tool=escape(request.tool))
-            ),
-            {
-                "type": "input",
-                "block_id": REJECT_REASON_BLOCK,
-                "optional": True,
-                "label": {"type": "plain_text", "text": m.REJECT_REASON_LABEL},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": REJECT_REASON_INPUT,
-                    "multiline": True,
-                    "max_length": REASON_MAX,
-                    "placeholder": {"type": "plain_text", "text": m.REJECT_REASON_PLACEHOLDER},
-                },
-            },
-            {
-                "type": "input",
-                "block_id": REJECT_INSTRUCTIONS_BLOCK,
-                "optional": True,
-                "label": {"type": "plain_text", "text": m.REJECT_INSTRUCTIONS_LABEL},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": REJECT_INSTRUCTIONS_INPUT,
-                    "multiline": True,
-                    "max_length": INSTRUCTIONS_MAX,
-                    "placeholder": {
-                        "type": "plain_text",
-                        "text": m.REJECT_INSTRUCTIONS_PLACEHOLDER,
-                    },
-                },
-            },
-        ],
+        [section(intro), *reason_inputs()],
         callback_id=REJECT_MODAL,
         submit={"type": "plain_text", "text": m.SUBMIT_REJECT},
         private_metadata=metadata,
     )
+
+
+def reject_all_modal(requester: str, count: int, metadata: str) -> dict[str, Any]:
+    """Reject all: one reason (and instructions) for every item still pending."""
+    intro = m.REJECT_ALL_INTRO.format(user=mention(requester), count=count)
+    return modal(
+        m.MODAL_REJECT_ALL_TITLE,
+        [section(intro), *reason_inputs()],
+        callback_id=REJECT_ALL_MODAL,
+        submit={"type": "plain_text", "text": m.SUBMIT_REJECT_ALL},
+        private_metadata=metadata,
+    )
+
+
+def reason_inputs() -> list[dict[str, Any]]:
+    """A rejection's optional reason and instructions to the agent (Reject, Reject all)."""
+    return [
+        {
+            "type": "input",
+            "block_id": REJECT_REASON_BLOCK,
+            "optional": True,
+            "label": {"type": "plain_text", "text": m.REJECT_REASON_LABEL},
+            "element": {
+                "type": "plain_text_input",
+                "action_id": REJECT_REASON_INPUT,
+                "multiline": True,
+                "max_length": REASON_MAX,
+                "placeholder": {"type": "plain_text", "text": m.REJECT_REASON_PLACEHOLDER},
+            },
+        },
+        {
+            "type": "input",
+            "block_id": REJECT_INSTRUCTIONS_BLOCK,
+            "optional": True,
+            "label": {"type": "plain_text", "text": m.REJECT_INSTRUCTIONS_LABEL},
+            "element": {
+                "type": "plain_text_input",
+                "action_id": REJECT_INSTRUCTIONS_INPUT,
+                "multiline": True,
+                "max_length": INSTRUCTIONS_MAX,
+                "placeholder": {
+                    "type": "plain_text",
+                    "text": m.REJECT_INSTRUCTIONS_PLACEHOLDER,
+                },
+            },
+        },
+    ]
 
 
 def args_modal(request: ApprovalRequest) -> dict[str, Any]:
@@ -281,8 +297,10 @@ def home_view(
     failures: list[Run] | None = None,
     spend: tuple[float, int, int] | None = None,
     page: int = 0,
+    allowed: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """`page`: which HOME_APPROVALS of `waiting` to show (every one can be reached)."""
+    """`page`: which HOME_APPROVALS of `waiting` to show (every one can be reached).
+    `allowed`: the "Allowed for you" section (bot/render/grants.py), after the waiting."""
     blocks: list[dict[str, Any]] = [header(m.HOME_TITLE), context(m.HOME_INTRO)]
     blocks += [divider(), section(f"*{m.HOME_WAITING}*")]
     page = home_page(page, len(waiting))
@@ -302,6 +320,7 @@ def home_view(
         if (page + 1) * HOME_APPROVALS < len(waiting):
             nav.append(button(m.HOME_NEXT, f"{HOME_PAGE}_next", str(page + 1)))
         blocks.append(actions(*nav, block_id="sb_home_pages"))
+    blocks += allowed or []
     blocks += [divider(), section(f"*{m.HOME_MINE}*")]
     blocks += [run_line(r) for r in mine[:HOME_RUNS]] or [context(m.HOME_NONE)]
     if admin:

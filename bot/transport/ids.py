@@ -26,3 +26,6 @@ def shaped(pattern: re.Pattern[str], value: Any) -> str | None:
     if isinstance(value, str) and pattern.fullmatch(value):
         return value
     return None
+
+
+GRANT = re.compile(r"gr_[0-9a-f]{20}")

@@ -126,6 +126,11 @@ def make_tool(
         normalizer=lambda args: with_defaults(args, defaults),
         source=f"MCP server {config.key}",
         high_risk=high_risk,
+        annotations=(
+            listed.annotations.model_dump(by_alias=True, exclude_none=True)
+            if listed.annotations is not None
+            else None
+        ),
     )
 
 

@@ -32,6 +32,15 @@ class Decidable(Protocol):
     def escalated(self) -> bool: ...
 
 
+class Granted(Protocol):
+    """What revoking depends on: a standing grant (approvals.grants.Grant)."""
+
+    @property
+    def grantor(self) -> str: ...
+    @property
+    def requester(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Access:
     policy: Policy
@@ -94,6 +103,27 @@ class Access:
         return EXTERNAL not in roles or not (named - {EVERYONE, REQUESTER}).isdisjoint(
             roles - {EVERYONE}
         )
+
+    def grant_scopes(self, request: Decidable) -> tuple[str, ...]:
+        """The standing grants the policy lets an approver make with this request (none
+        for a high-risk tool: the policy drops them)."""
+        try:
+            rule = self.policy.rule(request.tool)
+        except KeyError:
+            return ()
+        return () if rule.high_risk else rule.grants
+
+    def may_grant(self, request: Decidable, scope: str, user: str, roles: frozenset[str]) -> bool:
+        """Approve and allow similar calls (`scope`: thread, hour or day): a person who may
+        decide this request, for a scope the tool's rule offers. A requester who may approve
+        their own call may grant for themselves only where the rule says `self_grants`."""
+        if scope not in self.grant_scopes(request) or not self.may_decide(request, user, roles):
+            return False
+        return user != request.requester or self.policy.rule(request.tool).self_grants
+
+    def may_revoke(self, grant: Granted, user: str, roles: frozenset[str]) -> bool:
+        """End a standing grant: its grantor, the requester it covers, and admins."""
+        return user in (grant.grantor, grant.requester) or self.may_administer(roles)
 
     def may_see_args(self, request: Decidable, user: str, roles: frozenset[str]) -> bool:
         """See a request's full arguments: its requester, whoever may decide it, admins."""

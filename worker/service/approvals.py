@@ -60,6 +60,7 @@ class Facts:
     approvers: str  # who may decide, in words
     escalated_to: tuple[str, ...]  # the escalation roles, once the request is escalated
     high_risk: bool  # Approve asks to confirm; a tool that is gone counts as high-risk
+    grants: tuple[str, ...] = ()  # standing grants an approver may make (none: not offered)
 
     @property
     def description(self) -> str:
@@ -76,6 +77,7 @@ def facts(rt: Runtime, request: ApprovalRequest) -> Facts:
         approvers=rt.policy.approvers_text(request.tool),
         escalated_to=tuple(rule.escalate_to) if rule is not None and request.escalated else (),
         high_risk=rule.high_risk if rule is not None else True,
+        grants=Access.of(rt).grant_scopes(request) if rt.registry.get(request.tool) else (),
     )
 
 

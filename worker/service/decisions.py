@@ -124,10 +124,13 @@ def decide_batch(
     decider_id: str,
     decider_roles: frozenset[str],
     approve: bool,
+    reason: str = "",
+    instructions: str = "",
     surface: str = "unknown",
 ) -> BatchOutcome:
     """Approve all / Reject all: every item still pending that this person may decide,
-    each decided (and checked) on its own."""
+    each decided (and checked) on its own; a rejection's `reason` and `instructions` go
+    with each item."""
     requests = rt.approvals.batch(batch_id)
     if not requests:
         return BatchOutcome(found=False)
@@ -145,6 +148,8 @@ def decide_batch(
             decider_id=decider_id,
             decider_roles=decider_roles,
             approve=approve,
+            reason=reason,
+            instructions=instructions,
             surface=surface,
         )
         if outcome.result == DecisionResult.DECIDED and outcome.request is not None:
