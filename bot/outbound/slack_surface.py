@@ -18,7 +18,10 @@ import redis
 import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
-from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+from slack_sdk.http_retry.builtin_handlers import (
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
 
 from approvals import ApprovalRequest
 from bot.outbound import reminder_dms as reminders
@@ -54,9 +57,14 @@ SLACK_ERRORS = (SlackClientError, OSError)  # API errors (incl. 429 after retrie
 
 
 def with_rate_limit_retries(client: WebClient) -> WebClient:
-    """Retry 429s after Slack's Retry-After (opt-in in slack_sdk); at most twice."""
+    """Retry 429s after Slack's Retry-After, and 500/503s after a short backoff (both opt-in
+    in slack_sdk); at most twice each. Without the second, one 5xx from Slack lost what the
+    call carried for good: a card never updated with its decision, an answer never posted,
+    an edit modal never opened (found by the chaos soak, tests/support/chaos.py)."""
     if not any(isinstance(h, RateLimitErrorRetryHandler) for h in client.retry_handlers):
         client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=2))
+    if not any(isinstance(h, ServerErrorRetryHandler) for h in client.retry_handlers):
+        client.retry_handlers.append(ServerErrorRetryHandler(max_retry_count=2))
     return client
 
 
