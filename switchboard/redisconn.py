@@ -90,9 +90,18 @@ class FollowPrimary(redis.sentinel.SentinelManagedConnection):
             if isinstance(exc, PrimaryMoved) or str(exc) != DEMOTED:
                 raise
             raise PrimaryMoved(str(exc)) from exc
+        except redis.ResponseError as exc:
+            # A blocking command (RQ's dequeue) on a primary being demoted is woken with
+            # UNBLOCKED: it took nothing, and RQ's slot quit on it ("found an unhandled
+            # exception, quitting"). Sent again, it waits on the new primary.
+            if not str(exc).startswith(UNBLOCKED):
+                raise
+            self.disconnect()
+            raise PrimaryMoved(str(exc)) from exc
 
 
 DEMOTED = "The previous master is now a slave"  # redis-py's words, redis/sentinel.py
+UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed"
 
 
 def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -> redis.Redis:
