@@ -162,4 +162,5 @@ def test_a_slack_outage_answering_5xx_is_retried_rather_than_losing_the_card(sla
     slack.server_error("chat.update", times=2)  # Slack's 503s, then it answers again
     client.chat_update(channel=CHANNEL, ts=posted["ts"], text="Approved by <@U1>")
     assert len(slack.calls("chat.update")) == 3
-    assert slack.message(CHANNEL, posted["ts"])["text"] == "Approved by <@U1>"
+    updated = slack.message(CHANNEL, posted["ts"])
+    assert updated is not None and updated["text"] == "Approved by <@U1>"
