@@ -149,14 +149,11 @@ class SentinelGroup:
                 str(folder / "sentinel.conf"),
             ]
             self.watchers.append(Node(folder, port, args, password=protected).start())
-        for watcher in self.watchers:
-            wait_for(
-                lambda w=watcher: self._replicas_known(w), 10, "the Sentinels to see the replica"
-            )
+        wait_for(self._replicas_known, 10, "the Sentinels to see the replica")
         return self
 
-    def _replicas_known(self, watcher: Node) -> bool:
-        return bool(watcher.client().sentinel_slaves(SERVICE))
+    def _replicas_known(self) -> bool:
+        return all(w.client().sentinel_slaves(SERVICE) for w in self.watchers)
 
     def primary_port(self) -> int:
         _host, port = self.watchers[0].client().sentinel_get_master_addr_by_name(SERVICE)
