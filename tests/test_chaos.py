@@ -12,7 +12,7 @@ from tests.support import chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
-SECONDS = float(os.environ.get("SWITCHBOARD_CHAOS_SECONDS") or 30)
+SECONDS = float(os.environ.get("SWITCHBOARD_CHAOS_SECONDS") or 25)
 SEED = int(os.environ.get("SWITCHBOARD_CHAOS_SEED") or 27)
 
 

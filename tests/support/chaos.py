@@ -835,9 +835,11 @@ class Soak:
         report = self.report
         runs = rt.store.created_since(0)
         report.runs_started = len(runs)
-        report.statuses = Counter(r.status.value for r in runs)
+        report.statuses = Counter(
+            r.status.value + (f" ({r.reason.value})" if r.reason else "") for r in runs
+        )
         report.runs_ended = sum(1 for r in runs if r.status.terminal)
-        report.runs_waiting = report.statuses.get("awaiting_approval", 0)
+        report.runs_waiting = sum(1 for r in runs if r.status.value == "awaiting_approval")
         for run in runs:
             if run.status.terminal:
                 continue
