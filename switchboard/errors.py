@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
+from switchboard import sentinel_url
 from tools.exceptions import OperatorError
 
 SLACK_SECTION = "README.md, 'In Slack'"
@@ -20,8 +21,8 @@ SLACK_SECTION = "README.md, 'In Slack'"
 # How to fix a bad value, per environment variable; others get "unset it for the default".
 HINTS = {
     "REDIS_URL": (
-        "use redis://HOST:6379/0, rediss://HOST:6380/0 or unix:///path/to/redis.sock, "
-        "or unset it for the embedded Redis"
+        "use redis://HOST:6379/0, rediss://HOST:6380/0, unix:///path/to/redis.sock or "
+        "redis+sentinel://HOST:26379,HOST2:26379/SERVICE/0, or unset it for the embedded Redis"
     ),
     "SWITCHBOARD_PRICES": (
         'set it to JSON such as {"gpt-4.1-mini": [0.4, 1.6]} (USD per 1M input and output '
@@ -78,6 +79,11 @@ def shown(name: str, value: Any) -> str:
 
 def redact_url(url: str) -> str:
     """The URL with its password (in the address, or a `password=` of the query) as ***."""
+    if sentinel_url.is_sentinel(url):
+        try:
+            return sentinel_url.parse(url).redacted()
+        except ValueError:
+            return "[a URL that does not parse]"
     try:
         parts = urlsplit(url)
         password, port = parts.password, parts.port
@@ -113,6 +119,15 @@ def redis_unreachable(url: str, reason: str) -> ConfigError:
         else "check that the data directory is writable (XDG_DATA_HOME)"
     )
     return ConfigError(f"cannot reach Redis: {reason}", where, fix)
+
+
+def redis_no_primary(url: str, reason: str) -> ConfigError:
+    return ConfigError(
+        f"no Sentinel names a primary: {reason}",
+        f"REDIS_URL={redact_url(url)}",
+        "check the Sentinels' addresses and the service name after them (the name of their "
+        "`sentinel monitor NAME HOST PORT QUORUM` line)",
+    )
 
 
 def redis_url_required() -> ConfigError:

@@ -16,9 +16,12 @@ import time
 from typing import Any
 
 import redis
+import redis.sentinel
 import structlog
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
-from switchboard import errors
+from switchboard import errors, sentinel_url
 from switchboard.settings import data_dir
 from switchboard.supervise import pid_running
 
@@ -46,17 +49,92 @@ def connect(url: str, max_connections: int = 100, *, require: bool = False) -> r
         if require:
             raise errors.redis_url_required()
         return embedded(max_connections)
-    connection = redis.Redis.from_url(
-        url,
-        health_check_interval=30,
-        max_connections=max_connections,
-        client_name=client_name(),
-        socket_timeout=SOCKET_TIMEOUT,
-        socket_connect_timeout=CONNECT_TIMEOUT,
-    )
+    options: dict[str, Any] = {
+        "health_check_interval": 30,
+        "max_connections": max_connections,
+        "client_name": client_name(),
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+    }
+    if sentinel_url.is_sentinel(url):
+        connection = sentinel_primary(sentinel_url.parse(url), options)
+    else:
+        connection = redis.Redis.from_url(url, **options)
     check(connection, url)
     log.info("redis_in_use", url=errors.redact_url(url))
     return connection
+
+
+class PrimaryMoved(redis.ConnectionError):
+    """The server this connection was opened to is no longer the primary (it answered
+    READONLY): the command did not run, so it is safe to send it again, to the new one."""
+
+
+class FollowPrimary(redis.sentinel.SentinelManagedConnection):
+    """A Sentinel-managed connection that asks where the primary is whenever it reconnects,
+    and whose demoted-primary error is its own class, so that exactly that error, and no
+    other, is retried (see `sentinel_primary`)."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        # redis-py 8 reconnects a dropped connection here with the address it had, not
+        # through Sentinel (redis/redis-py#3874): after a failover every retry went back to
+        # the demoted primary and failed again. Sentinel's connect() asks first.
+        if not self._sock:
+            self.connect()
+        super().send_packed_command(command, check_health)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except redis.ConnectionError as exc:
+            if isinstance(exc, PrimaryMoved) or str(exc) != DEMOTED:
+                raise
+            raise PrimaryMoved(str(exc)) from exc
+        except redis.ResponseError as exc:
+            # A blocking command (RQ's dequeue) on a primary being demoted is woken with
+            # UNBLOCKED: it took nothing, and RQ's slot quit on it ("found an unhandled
+            # exception, quitting"). Sent again, it waits on the new primary.
+            if not str(exc).startswith(UNBLOCKED):
+                raise
+            self.disconnect()
+            raise PrimaryMoved(str(exc)) from exc
+
+
+DEMOTED = "The previous master is now a slave"  # redis-py's words, redis/sentinel.py
+UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed"
+
+
+def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -> redis.Redis:
+    """A client of the primary the Sentinels name. Each new connection asks them where it is,
+    so after a failover the pool reconnects to the promoted replica (redis-py drops a
+    connection whose server answers READONLY, i.e. a demoted primary). RQ rebuilds such a
+    client from its pool's class and arguments (its scheduler, its worker pool), and the
+    arguments carry the Sentinel manager, so those follow the primary too."""
+    sentinel_options: dict[str, Any] = {
+        "socket_timeout": CONNECT_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+    }
+    if where.sentinel_password is not None:
+        sentinel_options["password"] = where.sentinel_password
+    if where.sentinel_username is not None:
+        sentinel_options["username"] = where.sentinel_username
+    manager = redis.sentinel.Sentinel(list(where.sentinels), sentinel_kwargs=sentinel_options)
+    # A client built on a pool gets no retries (redis-py gives a pool's connections
+    # Retry(NoBackoff(), 0)), so after a failover every pooled connection to the old primary
+    # failed one command with "The previous master is now a slave", a decision click or a
+    # worker's save among them (found by tests/test_redis_sentinel.py). That error, and only
+    # that one, is retried: the command did not run. A connection lost mid-command is not
+    # (it may have run), as with REDIS_URL=redis://.
+    return manager.master_for(
+        where.service,
+        redis_class=redis.Redis,
+        connection_class=FollowPrimary,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3, supported_errors=(PrimaryMoved,)),
+        db=where.db,
+        username=where.username,
+        password=where.password,
+        **options,
+    )
 
 
 def check(connection: redis.Redis, url: str) -> None:
@@ -71,12 +149,16 @@ def check(connection: redis.Redis, url: str) -> None:
         if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
             raise errors.redis_refused(url, str(exc)) from exc
         raise
+    except redis.sentinel.MasterNotFoundError as exc:
+        raise errors.redis_no_primary(url, str(exc)) from exc
     except redis.ConnectionError as exc:
         raise errors.redis_unreachable(url, str(exc)) from exc
 
 
 def _databases(url: str) -> int | None:
     """How many databases the server has, asked on database 0 (None if it will not say)."""
+    if sentinel_url.is_sentinel(url):
+        return None
     pool = redis.ConnectionPool.from_url(url)  # the URL's own db would win over a db= here
     options = {**pool.connection_kwargs, "db": 0}
     probe = redis.Redis(connection_pool=redis.ConnectionPool(pool.connection_class, **options))

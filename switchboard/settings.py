@@ -11,7 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+from switchboard import sentinel_url
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", sentinel_url.SCHEME)
 OPENAI_HOST = "api.openai.com"
 # How .env.example (and the README) write a value left to fill in: `xoxb-...`, `xapp-…`.
 # No real Slack token or secret ends so; one that does is a copied example, not a typo.
@@ -131,9 +133,14 @@ class Config(BaseSettings):
         """Fail at start-up, naming REDIS_URL, rather than at the first command."""
         if not value:
             return value
+        if sentinel_url.is_sentinel(value):
+            sentinel_url.parse(value)
+            return value
         parts = urlsplit(value)
         if parts.scheme not in REDIS_SCHEMES or "://" not in value:
-            raise ValueError("a Redis URL starts with redis://, rediss:// or unix://")
+            raise ValueError(
+                "a Redis URL starts with redis://, rediss://, unix:// or redis+sentinel://"
+            )
         if parts.scheme == "unix":
             db = parse_qs(parts.query).get("db", [""])[0]
         else:

@@ -152,3 +152,15 @@ def test_slack_failures_never_reach_the_run(rt: Runtime, slack: FakeSlack) -> No
     surface.approval_resolved(run, request)
     assert "status_ts" not in run.origin
     slack_surface.close()
+
+
+def test_a_slack_outage_answering_5xx_is_retried_rather_than_losing_the_card(slack: FakeSlack):
+    from bot.outbound.slack_surface import with_rate_limit_retries
+
+    client = with_rate_limit_retries(WebClient(token=TOKEN, base_url=slack.url))
+    posted = client.chat_postMessage(channel=CHANNEL, text="card")
+    slack.server_error("chat.update", times=2)  # Slack's 503s, then it answers again
+    client.chat_update(channel=CHANNEL, ts=posted["ts"], text="Approved by <@U1>")
+    assert len(slack.calls("chat.update")) == 3
+    updated = slack.message(CHANNEL, posted["ts"])
+    assert updated is not None and updated["text"] == "Approved by <@U1>"

@@ -265,6 +265,26 @@ def test_the_sweeper_leaves_queued_runs_alone_and_requeues_lost_ones(
     assert not rt.store.overdue(older_than=0)
 
 
+def test_a_run_whose_lease_lapsed_while_redis_stalled_stays_due_for_the_sweeper(
+    redis_conn, model_server
+):
+    from worker.sweeper import sweep
+
+    model_server.route("stalled", ["fine"])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=0.05)
+    run = service.submit(rt, "stalled question", ALICE)
+    redis_conn.lpop(rt.queue.key)  # the job a worker took
+    lease = rt.leases.acquire(run.id)
+    assert lease is not None
+    due_seen = rt.store.due_score(run.id)
+    redis_conn.delete(rt.store.keys.lease(run.id))  # lapsed: Redis did not answer the renewals
+    assert lease.release(due_seen)  # the worker gives up on its next save and lets go
+    wait_until(lambda: rt.store.overdue(older_than=0.05), what="the run to be overdue")
+    assert sweep(rt) == 1  # before: not due any more, so never found again, `running` for good
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+
+
 def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
     redis_conn, redis_url, model_server, faults, tmp_path
 ):

@@ -45,13 +45,17 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
         due_seen = rt.store.due_score(run_id)
         structlog.contextvars.bind_contextvars(run_id=run_id)
         rt.events.hold(run_id)
+        outcome = ""
         try:
             outcome = _advance_held(rt, run_id, lease.token)
             if outcome == HANDED_BACK:
                 rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
             rt.events.release(run_id)
-            again = lease.release(due_seen)
+            # Nothing came back (Redis failed under the step and again under saving the
+            # failure): the run is as last saved, so it stays due for the sweeper. Released
+            # as done, it was left `running` with no lease, for good (found by the soak).
+            again = lease.release(due_seen if outcome else "")
             structlog.contextvars.unbind_contextvars("run_id")
         if outcome == HANDED_BACK:
             rt.enqueue_advance(run_id)

@@ -27,10 +27,16 @@ return 0
 
 # KEYS: lease, due set.  ARGV: token, run id, due score seen when the work began.
 # Returns 1 when the run was woken again while we worked (someone must look again).
+# A lease that lapsed meanwhile (Redis stalled longer than the lease: paused, stopped) leaves
+# the run due: the work stopped at its next fenced save, so the run is still to do, and the
+# sweeper re-queues what is due and unleased. Dropping it then left the run `running` with
+# no lease and nothing to find it, for good (found by the chaos soak).
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local held = redis.call('GET', KEYS[1]) == ARGV[1]
+if held then redis.call('DEL', KEYS[1]) end
 local cur = redis.call('ZSCORE', KEYS[2], ARGV[2])
 if not cur then return 0 end
+if not held then return 1 end
 if ARGV[3] ~= '' and tonumber(cur) == tonumber(ARGV[3]) then
   redis.call('ZREM', KEYS[2], ARGV[2])
   return 0

@@ -18,7 +18,11 @@ import redis
 import structlog
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
-from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
+from slack_sdk.http_retry.builtin_handlers import (
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
+from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
 
 from approvals import ApprovalRequest
 from bot.outbound import reminder_dms as reminders
@@ -55,9 +59,19 @@ SLACK_ERRORS = (SlackClientError, OSError)  # API errors (incl. 429 after retrie
 
 
 def with_rate_limit_retries(client: WebClient) -> WebClient:
-    """Retry 429s after Slack's Retry-After (opt-in in slack_sdk); at most twice."""
+    """Retry 429s after Slack's Retry-After, and 500/503s after a backoff (0.25 s, doubling
+    with the attempt; both opt-in in slack_sdk). Without the second, one 5xx from Slack lost
+    what the call carried for good: a card never updated with its decision, an answer never
+    posted, an edit modal never opened (found by the chaos soak, tests/support/chaos.py).
+    The handlers share one attempt count per call, so a call retried twice for 429s has two
+    5xx retries left: 4 covers a rate limit and an outage in a row."""
     if not any(isinstance(h, RateLimitErrorRetryHandler) for h in client.retry_handlers):
         client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=2))
+    if not any(isinstance(h, ServerErrorRetryHandler) for h in client.retry_handlers):
+        backoff = BackoffRetryIntervalCalculator(backoff_factor=0.25)
+        client.retry_handlers.append(
+            ServerErrorRetryHandler(max_retry_count=4, interval_calculator=backoff)
+        )
     return client
 
 

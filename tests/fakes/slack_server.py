@@ -173,6 +173,7 @@ class FakeSlack(FakeServer[Call]):
         self._home: dict[str, dict[str, Any]] = {}  # user id -> App Home view
         self._assistant: dict[tuple[str, str], dict[str, Any]] = {}
         self._rate_limits: dict[str, list[int]] = {}
+        self._server_errors: dict[str, list[int]] = {}
         self._failures: dict[str, list[SlackError]] = {}
         self._delays: dict[str, list[float]] = {}
         self._view_ids = itertools.count(1)
@@ -207,6 +208,11 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             self._rate_limits[method] = [times, retry_after]
 
+    def server_error(self, method: str, times: int = 1, status: int = 503) -> None:
+        """The next `times` calls of `method` get HTTP `status` (a 5xx: Slack's own outage)."""
+        with self._cond:
+            self._server_errors[method] = [times, status]
+
     def fail(self, method: str, error: str, times: int = 1, **extra: Any) -> None:
         """The next `times` calls of `method` answer `{"ok": false, "error": error}`."""
         with self._cond:
@@ -231,6 +237,7 @@ class FakeSlack(FakeServer[Call]):
                 self._home,
                 self._assistant,
                 self._rate_limits,
+                self._server_errors,
                 self._failures,
                 self._delays,
             ):
@@ -379,6 +386,10 @@ class FakeSlack(FakeServer[Call]):
         if limit and limit[0] > 0:
             limit[0] -= 1
             return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(limit[1])}
+        outage = self._server_errors.get(method)
+        if outage and outage[0] > 0:
+            outage[0] -= 1
+            return outage[1], {"ok": False, "error": "fatal_error"}, {}
         if not token:
             return 200, {"ok": False, "error": "not_authed"}, {}
         if not self._valid_token(token):
