@@ -65,6 +65,9 @@ class Tool:
     normalizer: Normalizer | None = field(default=None, repr=False)
     source: str = ""
     high_risk: bool = False
+    # A per-user tool's provider ("github", "mcp:docs"): it acts as the person asking, with
+    # their own token (ToolContext.access_token); empty: the tool's own credentials.
+    connection: str = ""
     strict: bool = field(init=False)
     _validator: Draft202012Validator = field(init=False, repr=False)
 
@@ -88,6 +91,10 @@ class Tool:
         if not isinstance(self.output_cap, int) or self.output_cap < MIN_OUTPUT_CAP:
             raise ToolDefinitionError(
                 f"tool {self.name}: output_cap must be an integer >= {MIN_OUTPUT_CAP}"
+            )
+        if not isinstance(self.connection, str) or len(self.connection) > 64:
+            raise ToolDefinitionError(
+                f"tool {self.name}: connection must be a provider's name (text, at most 64)"
             )
         if not isinstance(self.source, str):
             raise ToolDefinitionError(f"tool {self.name}: source must be a string")

@@ -26,6 +26,7 @@ The package, by what Slack sends:
 - `batch`: Approve all / Reject all on a batch card
 - `demos`: saving a run as a demonstration, from the run modal
 - `commands`: the slash command
+- `connections`: finishing a per-user connection (the code modal)
 - `lifecycle`: the installation going away, and the catch-alls
 """
 
@@ -38,7 +39,7 @@ from typing import Any
 import structlog
 from slack_bolt import App, Assistant, BoltContext, BoltRequest, BoltResponse
 
-from bot.listeners import actions, assistant, batch, edit, lifecycle, questions
+from bot.listeners import actions, assistant, batch, connections, edit, lifecycle, questions
 from bot.listeners.base import Bot, boundary
 from bot.listeners.commands import COMMAND, on_command
 from bot.render.blocks import (
@@ -55,6 +56,7 @@ from bot.render.blocks import (
     SHOW_ARGS,
     VIEW_RUN,
 )
+from bot.render.connections import CODE_MODAL, ENTER_CODE
 from bot.transport import ids
 from bot.transport.payloads import envelope_team
 
@@ -88,6 +90,8 @@ def register(app: App, sb: Bot) -> None:
     app.action(REJECT_ALL)(batch.on_decide_all)
     app.view(EDIT_MODAL)(edit.on_edit_submitted)
     app.command(COMMAND)(on_command)
+    app.action(ENTER_CODE)(connections.on_enter_code)
+    app.view(CODE_MODAL)(connections.on_code_submitted)
     app.event("app_uninstalled")(lifecycle.on_installation_gone)
     app.event("tokens_revoked")(lifecycle.on_installation_gone)
     # last: whatever the listeners above do not claim is acked here, never Bolt's 404

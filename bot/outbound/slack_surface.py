@@ -34,6 +34,7 @@ from bot.render.blocks import (
     status_final,
 )
 from bot.render.blocks import status_working as status_working_message
+from bot.render.connections import connect_prompt
 from bot.render.mrkdwn import channel as channel_link
 from bot.state.identity import UserGroups, user_groups
 from bot.state.installations import Installations
@@ -42,7 +43,7 @@ from worker import runtime
 from worker.keys import Keys
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
-from worker.service import approvals, runs
+from worker.service import approvals, connections, runs
 
 log = structlog.get_logger(__name__)
 
@@ -419,6 +420,28 @@ class SlackSurface:
                 unfurl_links=False,
                 unfurl_media=False,
             )
+
+    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+        """Offer the requester (only them: ephemeral) a Connect button in the run's thread; the
+        flow it starts is bound to them."""
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if not channel or self.gone(run):
+            return
+        team, user = run.requester.team_id, run.requester.user_id
+        try:
+            url = connections.connect_url(self.rt, team, user, provider)
+        except connections.ConnectRefused as refused:
+            text = m.CONNECT_UNAVAILABLE.format(label=label, why=str(refused))
+            self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+            return
+        prompt = connect_prompt(label, url, provider)
+        self.client.chat_postEphemeral(
+            channel=channel,
+            user=user,
+            thread_ts=thread_ts or None,
+            text=prompt.text,
+            blocks=prompt.blocks,
+        )
 
     def _final_status(
         self, run: Run, channel: str, thread_ts: str, cancelled_by: str | None

@@ -350,3 +350,18 @@ STATUS_WORDS = {
     "partial": "stopped early",
     "failed": "failed",
 }
+
+# -- per-user connections (bot/render/connections.py) -------------------------------------
+
+CONNECT_NEEDED = (
+    ":link: *{label}* acts as you, and you have not connected your {label} account yet. "
+    "Connect it, then enter the code the page shows you here (only you can finish it), and "
+    "ask again."
+)
+CONNECT_BUTTON = "Connect {label}"
+CONNECT_ENTER_CODE = "Enter code"
+CONNECT_MODAL_TITLE = "Finish connecting"
+CONNECT_MODAL_LABEL = "The code the connection page showed you"
+CONNECT_MODAL_SUBMIT = "Connect"
+CONNECT_DONE = ":white_check_mark: Your {label} account is connected: tools act as you there."
+CONNECT_UNAVAILABLE = "Connecting {label} is not possible now: {why}"

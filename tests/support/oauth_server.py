@@ -231,3 +231,23 @@ class OAuthMcpServer:
         self.uvicorn.should_exit = True
         self.thread.join(10)
         self.sock.close()
+
+
+def whoami(url: str, token: str) -> str:
+    """Call the MCP server's `whoami` with a bearer token, as a per-user tool does."""
+    import asyncio
+
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def call() -> str:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=10) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            result = await client.call_tool("whoami", {})
+        return "".join(getattr(part, "text", "") for part in result.content)
+
+    return asyncio.run(call())
