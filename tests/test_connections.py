@@ -283,3 +283,19 @@ def test_an_unknown_provider_and_missing_keys_say_what_to_do(rt: Runtime) -> Non
     with pytest.raises(KeysMissing, match="key 1 is not a Fernet key"):
         fernet_of(["short"])
     assert isinstance(NotConnected("x"), ToolError)
+
+
+def test_the_callback_page_shows_the_code_once_and_explains_a_refusal(rt: Runtime) -> None:
+    from urllib.parse import urlencode
+
+    from bot.transport.oauth_callback import callback_page
+
+    query = sign_in(service.connect_url(rt, TEAM, "UALICE", "mcp:people"), "alice")
+    status, page = callback_page(rt, urlencode(query))
+    assert status == 200 and "Enter code" in page
+    code = page.split("<code>")[1].split("</code>")[0]
+    status, again = callback_page(rt, urlencode(query))  # the browser's back button, a replay
+    assert status == 400 and "already used" in again and code not in again
+    status, forged = callback_page(rt, "state=%3Cscript%3E&code=x")
+    assert status == 400 and "<script>" not in forged
+    assert service.confirm(rt, TEAM, "UALICE", code).provider == "mcp:people"
