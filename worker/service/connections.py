@@ -81,6 +81,11 @@ def redirect_uri(rt: Runtime) -> str:
     return _connections(rt).public_url + CALLBACK_PATH
 
 
+def label(rt: Runtime, provider: str) -> str:
+    """A provider's name for people ("GitHub")."""
+    return rt.connections.label(provider) if rt.connections is not None else provider
+
+
 def providers(rt: Runtime) -> list[str]:
     return [] if rt.connections is None else rt.connections.names()
 
