@@ -248,7 +248,14 @@ class SlackSurface:
             high_risk=facts.high_risk,
             elsewhere=elsewhere,
             outcome=outcome,
+            acts_as=self.acts_as(facts.tool),
         )
+
+    def acts_as(self, tool: Tool | None) -> str | None:
+        """A per-user tool's provider, for the card's "acts as @alice's GitHub"."""
+        if tool is None or not tool.connection:
+            return None
+        return connections.label(self.rt, tool.connection)
 
     def approvers(self, request: ApprovalRequest, facts: approvals.Facts | None = None) -> str:
         """Who may decide, in words; an escalated request names its escalation roles too."""

@@ -359,6 +359,10 @@ CONNECT_NEEDED = (
     "ask again."
 )
 CONNECT_BUTTON = "Connect {label}"
+CARD_ACTS_AS = (
+    ":bust_in_silhouette: Acts as {user}'s {label} account (their own connection), "
+    "whoever approves."
+)
 CONNECT_ENTER_CODE = "Enter code"
 CONNECT_MODAL_TITLE = "Finish connecting"
 CONNECT_MODAL_LABEL = "The code the connection page showed you"
