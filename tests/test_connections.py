@@ -299,3 +299,61 @@ def test_the_callback_page_shows_the_code_once_and_explains_a_refusal(rt: Runtim
     status, forged = callback_page(rt, "state=%3Cscript%3E&code=x")
     assert status == 400 and "<script>" not in forged
     assert service.confirm(rt, TEAM, "UALICE", code).provider == "mcp:people"
+
+
+def test_the_providers_file_reads_a_github_style_app_and_names_every_problem() -> None:
+    from worker.connections.providers import ProvidersError, read_providers
+
+    text = """
+providers:
+  github:
+    label: GitHub
+    authorize_url: https://github.com/login/oauth/authorize
+    token_url: https://github.com/login/oauth/access_token
+    client_id: ${GITHUB_CLIENT_ID}
+    client_secret: ${GITHUB_CLIENT_SECRET}
+    scopes: [repo]
+"""
+    env = {"GITHUB_CLIENT_ID": "Iv1.abc", "GITHUB_CLIENT_SECRET": "s3cret"}
+    github = read_providers(text, "providers.yaml", env)["github"]
+    assert (github.client_id, github.scopes, github.label) == ("Iv1.abc", ("repo",), "GitHub")
+    assert "s3cret" not in repr(github)
+    with pytest.raises(ProvidersError) as raised:
+        read_providers(text.replace("scopes: [repo]", "scopes: repo\n    colour: red"), "p", {})
+    message = str(raised.value)
+    assert "GITHUB_CLIENT_ID" in message and "scopes must be a list" in message
+    assert "colour is not a provider key" in message
+
+
+def test_a_per_user_write_card_says_it_acts_as_the_requester() -> None:
+    from bot.render.blocks import approval_card
+    from tests.test_bot_render import request
+
+    pending = request({"body": "hi"})
+    card = approval_card(
+        pending, description="Comment.", approvers="anyone", high_risk=False, acts_as="GitHub"
+    )
+    assert "Acts as <@UALICE>'s GitHub account" in repr(card.blocks)
+    plain = approval_card(pending, description="Comment.", approvers="anyone", high_risk=False)
+    assert "Acts as" not in repr(plain.blocks)
+
+
+def test_the_cli_lists_and_revokes_a_connection_without_showing_a_token(
+    cli_env: None,
+    redis_conn: redis.Redis,
+    provider_server: OAuthMcpServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from switchboard.cli import main
+
+    key = Fernet.generate_key().decode()
+    rt = connected_runtime(redis_conn, provider_server, [key])
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    monkeypatch.setenv("SWITCHBOARD_CONNECTION_KEYS", key)
+    assert main(["connections", "list", "UALICE", "--team", TEAM]) == 0
+    listed = capsys.readouterr().out
+    assert "mcp:people" in listed
+    assert not [t for t in provider_server.people.issued if t in listed]
+    assert main(["connections", "revoke", "UALICE", "mcp:people", "--team", TEAM]) == 0
+    assert service.listing(rt, TEAM, "UALICE") == []
