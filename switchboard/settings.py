@@ -54,6 +54,11 @@ class Config(BaseSettings):
     )
     tools: str = Field("", alias="SWITCHBOARD_TOOLS")
     mcp: str = Field("", alias="SWITCHBOARD_MCP")  # MCP servers file (YAML)
+    # Per-user connections: Fernet keys (comma-separated, the first encrypts), the URL people
+    # reach the bot's HTTP port at (for /oauth/callback), the named providers file (YAML)
+    connection_keys: str = Field("", alias="SWITCHBOARD_CONNECTION_KEYS", repr=False)
+    public_url: str = Field("", alias="SWITCHBOARD_PUBLIC_URL")
+    oauth_providers: str = Field("", alias="SWITCHBOARD_OAUTH_PROVIDERS")
     demos: str = Field("", alias="SWITCHBOARD_DEMOS")
     # A text file added to the built-in instructions (who the assistant works for, how)
     instructions: str = Field("", alias="SWITCHBOARD_INSTRUCTIONS")

@@ -47,6 +47,11 @@ VERBS: dict[str, Verb] = {
         "add_command",
         "is it healthy? live workers, queue, runs in flight, approvals, Redis and the model",
     ),
+    "connections": Verb(
+        "switchboard.connections_cli",
+        "add_command",
+        "people's connected accounts (per-user tools): list, revoke",
+    ),
     "eval": Verb(
         "switchboard.eval_cli",
         "add_command",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,9 @@ from tools.policy import Policy
 from tools.registry import load_modules, registry
 from worker import policy_watch
 from worker.budgets import PriceTable
+from worker.connections.providers import ProvidersError, read_providers
+from worker.connections.store import ConnectionStore, KeysMissing
+from worker.connections.tokens import Connections
 from worker.keys import Keys
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
@@ -185,6 +189,22 @@ def build_runtime(
     return runtime
 
 
+def connections_of(config: Config, conn: redis.Redis, namespace: str) -> Connections | None:
+    """Per-user connections, when SWITCHBOARD_CONNECTION_KEYS is set (a bad key or
+    providers file stops the start with what to fix)."""
+    if not config.connection_keys.strip():
+        return None
+    try:
+        store = ConnectionStore(conn, namespace, config.connection_keys.split(","))
+    except KeysMissing as error:
+        raise ProvidersError(str(error)) from None
+    providers = {}
+    if config.oauth_providers:
+        path = Path(config.oauth_providers)
+        providers = read_providers(path.read_text(encoding="utf-8"), str(path), os.environ)
+    return Connections(store, providers, config.public_url)
+
+
 def model_of(config: Config) -> ModelClient | None:
     if not config.has_model:
         return None
@@ -235,6 +255,7 @@ def assemble_runtime(
         prices=PriceTable(config.price_table),
         surfaces=dict(surfaces or {}),
     )
+    runtime.connections = connections_of(config, connection, settings.namespace)
     embedder = model if isinstance(model, ModelClient) else None  # for embeddings selection
     if demos:
         runtime.demos = build_selector(config, runtime, embedder)

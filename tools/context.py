@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from tools.exceptions import ToolError
 
 MIN_CALL_SECONDS = 1.0  # a call started near the run's deadline still gets this long
 
@@ -21,6 +23,8 @@ class ToolContext:
     (the built-in samples read `knowledge` and `tickets_db`, their data files, set with
     SWITCHBOARD_KNOWLEDGE and SWITCHBOARD_TICKETS_DB): a tool reads its configuration here,
     not from the environment.
+    `credentials` is for per-user tools (declared with `connection=`): `access_token()`
+    returns the asking person's own token, refreshed when needed.
     """
 
     user_id: str
@@ -32,6 +36,20 @@ class ToolContext:
     idempotency_key: str | None = None
     deadline: float | None = None
     settings: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # The requester's own token for the tool's connection, asked for when the tool calls
+    # `access_token()` (set by the controller for per-user tools only).
+    credentials: Callable[[], str] | None = field(default=None, hash=False, repr=False)
+
+    def access_token(self) -> str:
+        """The OAuth access token of the person asking, for this tool's connection: never
+        the operator's, never an approver's. Raises NotConnected (the model is told the
+        person must connect) when they have not."""
+        if self.credentials is None:
+            raise ToolError(
+                "Error: this tool was declared without `connection=`, so it has no person's "
+                "token to act with"
+            )
+        return self.credentials()
 
     def time_left(self, timeout: float) -> float:
         """Seconds this call may take: the tool's `timeout`, cut to the run's deadline, but

@@ -45,12 +45,15 @@ class Options(TypedDict, total=False):
     """How a tool runs, the same for every way of declaring one (`@tool`, `register_tool`,
     `make_tool`). Left out, each is the `Tool` default: effect "write" (waits for an
     approval; "read" runs at once), timeout 10 s, output_cap 8,000 characters, no
-    reconcile hook (for writes: what an idempotency key already produced)."""
+    reconcile hook (for writes: what an idempotency key already produced), no connection
+    (`connection="github"`: the tool acts as the person asking, with the token they
+    connected for that provider, read with `ctx.access_token()`)."""
 
     effect: Effect
     timeout: float
     output_cap: int
     reconcile: Reconcile | None
+    connection: str  # per user: the provider whose token the person must have connected
 
 
 def _tool(

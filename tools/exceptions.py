@@ -61,6 +61,22 @@ class ToolError(Exception):
         return str(self.args[0])
 
 
+class NotConnected(ToolError):
+    """The person asking has not connected their account for a per-user tool (or their
+    connection was revoked or expired). The call gets no credentials: the message tells the
+    model the person must connect, and the surface offers them a Connect button."""
+
+    def __init__(self, provider: str, label: str = "", why: str = "") -> None:
+        self.provider = provider
+        self.label = label or provider
+        reason = f" ({why})" if why else ""
+        super().__init__(
+            f"Not run: the person asking has not connected their {self.label} account"
+            f"{reason}, and this tool acts as them. They have been offered a Connect button; "
+            "tell them to connect, then ask again. Do not try another way around it."
+        )
+
+
 class OperatorError(Exception):
     """A configuration problem the operator can fix. The message says what is wrong, where,
     and how to fix it; the command line prints it without a traceback."""

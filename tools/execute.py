@@ -9,14 +9,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 from pydantic import BaseModel
 
 from tools.context import ToolContext
-from tools.exceptions import ToolError, bounded
+from tools.exceptions import NotConnected, ToolError, bounded
 from tools.registry import Tool
 
 log = structlog.get_logger(__name__)
@@ -34,6 +34,7 @@ class Observation:
     ok: bool
     text: str
     truncated: bool = False
+    needs_connection: str = ""  # the provider the person must connect (NotConnected)
 
 
 def execute(
@@ -56,6 +57,9 @@ def execute(
     if isinstance(outcome, _TimedOut):
         log.warning("tool_timed_out", tool=tool.name, timeout=timeout, call_id=ctx.call_id)
         return _error(tool, timed_out(tool, timeout))
+    if isinstance(outcome, _Failed) and isinstance(outcome.error, NotConnected):
+        log.info("tool_not_connected", tool=tool.name, call_id=ctx.call_id)
+        return replace(_error(tool, outcome.error.message), needs_connection=outcome.error.provider)
     if isinstance(outcome, _Failed) and isinstance(outcome.error, ToolError):
         log.info("tool_error", tool=tool.name, call_id=ctx.call_id, error=outcome.error.message)
         return _error(tool, outcome.error.message)

@@ -69,6 +69,9 @@ class Tool:
     # What an MCP server's listing said about the tool (readOnlyHint, destructiveHint...);
     # None for tools declared in Python. Part of `contract_digest`.
     annotations: dict[str, Any] | None = field(default=None, repr=False)
+    # A per-user tool's provider ("github", "mcp:docs"): it acts as the person asking, with
+    # their own token (ToolContext.access_token); empty: the tool's own credentials.
+    connection: str = ""
     strict: bool = field(init=False)
     _validator: Draft202012Validator = field(init=False, repr=False)
 
@@ -92,6 +95,10 @@ class Tool:
         if not isinstance(self.output_cap, int) or self.output_cap < MIN_OUTPUT_CAP:
             raise ToolDefinitionError(
                 f"tool {self.name}: output_cap must be an integer >= {MIN_OUTPUT_CAP}"
+            )
+        if not isinstance(self.connection, str) or len(self.connection) > 64:
+            raise ToolDefinitionError(
+                f"tool {self.name}: connection must be a provider's name (text, at most 64)"
             )
         if not isinstance(self.source, str):
             raise ToolDefinitionError(f"tool {self.name}: source must be a string")

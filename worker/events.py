@@ -29,6 +29,7 @@ class EventKind(StrEnum):
 
     # worker/service/ (asking, decisions, runs)
     RUN_CREATED = "run_created"
+    CONNECTION_NEEDED = "connection_needed"  # a per-user tool: the person must connect
     WAITING_IN_LINE = "waiting_in_line"
     DECISION_REFUSED = "decision_refused"
     APPROVAL_DECIDED = "approval_decided"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
@@ -13,7 +14,7 @@ from approvals import ApprovalRequest, ApprovalStatus, LedgerState
 from approvals.edits import changes, changes_text
 from tools.context import ToolContext
 from tools.decode import canonical_json
-from tools.exceptions import ArgumentError
+from tools.exceptions import ArgumentError, NotConnected
 from tools.execute import Observation, execute
 from tools.registry import Tool
 from worker import metrics, tracing
@@ -25,11 +26,16 @@ log = structlog.get_logger(__name__)
 
 
 def context_for(
-    rt: Runtime, run: Run, call: Call, idempotency_key: str | None = None
+    rt: Runtime, run: Run, call: Call, idempotency_key: str | None = None, tool: Tool | None = None
 ) -> ToolContext:
     """Identity comes from the run's verified requester, never from the model's arguments.
-    The deadline is what is left of the run's working time (as of its last saved step)."""
+    The deadline is what is left of the run's working time (as of its last saved step). A
+    per-user tool's credentials are the requester's own connection: a write approved by
+    someone else still acts as the person who asked."""
     left = run.budgets.deadline_seconds - run.usage.active_seconds
+    credentials = None
+    if tool is not None and tool.connection:
+        credentials = _requester_token(rt, run, tool.connection)
     return ToolContext(
         user_id=run.requester.user_id,
         team_id=run.requester.team_id,
@@ -40,7 +46,31 @@ def context_for(
         idempotency_key=idempotency_key,
         deadline=time.monotonic() + left,
         settings=rt.settings.tool_settings,
+        credentials=credentials,
     )
+
+
+def _requester_token(rt: Runtime, run: Run, provider: str) -> Callable[[], str]:
+    team, user = run.requester.team_id, run.requester.user_id
+
+    def token() -> str:
+        if rt.connections is None:
+            raise NotConnected(provider, provider, "connections are not set up here")
+        return rt.connections.token_for(team, user, provider)
+
+    return token
+
+
+def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation) -> None:
+    """A per-user tool found the person not connected: record it, and offer them Connect."""
+    if not observation.needs_connection:
+        return
+    provider = observation.needs_connection
+    label = rt.connections.label(provider) if rt.connections is not None else provider
+    rt.events.append(
+        run.id, EventKind.CONNECTION_NEEDED, call_id=call.id, tool=call.name, provider=provider
+    )
+    rt.surface(run).connect_needed(run, provider, label)
 
 
 def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
@@ -55,7 +85,7 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         assert tool is not None and call.args is not None
         # the run's log context (run id) goes with the call into the pool's thread
         context = contextvars.copy_context()
-        ctx = context_for(rt, run, call)
+        ctx = context_for(rt, run, call, tool=tool)
         futures.append(
             rt.executor.submit(context.run, tracing.tool_call, call, execute, tool, ctx, call.args)
         )
@@ -64,6 +94,7 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         call.state, call.result = "done", observation.text
         run.record_outcome(call.id, observation.ok)
         record_result(rt, run, call, observation)
+        offer_connection(rt, run, call, observation)
 
 
 def run_decided(rt: Runtime, run: Run, call: Call, request: ApprovalRequest) -> str:
@@ -110,7 +141,7 @@ def run_decided(rt: Runtime, run: Run, call: Call, request: ApprovalRequest) -> 
 
 def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRequest) -> str:
     assert call.args is not None
-    ctx = context_for(rt, run, call, idempotency_key=request.id)
+    ctx = context_for(rt, run, call, idempotency_key=request.id, tool=tool)
     entry = rt.ledger.begin(request.id, request.binding)
     tracing.ledger("begin", request.id, state=entry.state.value)
     if entry.state == LedgerState.FINISHED:
@@ -133,13 +164,14 @@ def execute_once(rt: Runtime, run: Run, call: Call, tool: Tool, request: Approva
     tracing.ledger("finish", request.id, ok=observation.ok)
     run.record_outcome(call.id, observation.ok)
     record_result(rt, run, call, observation, approval_id=request.id)
+    offer_connection(rt, run, call, observation)
     return observation.text
 
 
 def reconcile(rt: Runtime, run: Run, call: Call, tool: Tool, request: ApprovalRequest) -> str:
     """A worker stopped while this write ran. Ask the tool what happened; never run it again."""
     assert call.args is not None
-    ctx = context_for(rt, run, call, idempotency_key=request.id)
+    ctx = context_for(rt, run, call, idempotency_key=request.id, tool=tool)
     found = None
     if tool.reconcile is not None:
         try:

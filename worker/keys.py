@@ -107,3 +107,32 @@ class Keys(ApprovalKeys):
     def usergroups(self) -> str:
         """The cached map of Slack user groups (shared by every process)."""
         return f"{self.ns}usergroups"
+
+    # -- per-user connections (worker/connections/store.py) --------------------------------
+    def connection(self, team: str, user: str, provider: str) -> str:
+        """String: one person's grant for one provider, encrypted."""
+        return f"{self.ns}conn:{team}:{user}:{provider}"
+
+    def connections_of(self, team: str, user: str) -> str:
+        """Set: the providers a person has connected."""
+        return f"{self.ns}conns:{team}:{user}"
+
+    def connected_people(self, team: str) -> str:
+        """Set: the people of a workspace with a connection (to drop them on uninstall)."""
+        return f"{self.ns}conns:{team}"
+
+    def oauth_flow(self, state_digest: str) -> str:
+        """String with a TTL: a started flow, by the digest of its `state`, encrypted."""
+        return f"{self.ns}oauth:flow:{state_digest}"
+
+    def oauth_pending(self, code_digest: str) -> str:
+        """String with a TTL: a finished flow waiting for its person, encrypted."""
+        return f"{self.ns}oauth:pending:{code_digest}"
+
+    def oauth_attempts(self, team: str, user: str) -> str:
+        """Counter with a TTL: finishing codes a person entered."""
+        return f"{self.ns}oauth:attempts:{team}:{user}"
+
+    def oauth_client(self, provider: str) -> str:
+        """String: the client an MCP server's authorization server registered us as."""
+        return f"{self.ns}oauth:client:{provider}"

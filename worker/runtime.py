@@ -20,6 +20,7 @@ from tools.policy import Policy
 from tools.registry import ToolRegistry
 from worker import tracing
 from worker.budgets import PriceTable
+from worker.connections.tokens import Connections
 from worker.eventlog import EventLog
 from worker.lease import LeaseKeeper
 from worker.library import Selector
@@ -81,6 +82,8 @@ class Runtime:
     # without a policy file. Whoever asks the policy reads `rt.policy` (worker.service.Access
     # does), so a new one is in force at the next question, click or step.
     policy_watcher: PolicyWatcher | None = None
+    # Per-user connections (worker/connections/); None: not configured (no encryption key)
+    connections: Connections | None = None
 
     def __post_init__(self) -> None:
         self._models: dict[str, Model] = {}

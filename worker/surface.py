@@ -43,6 +43,11 @@ class Surface(Protocol):
 
     def finished(self, run: Run) -> None: ...
 
+    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+        """A per-user tool found the requester not connected to `provider`: offer them a
+        Connect button (only them)."""
+        ...
+
 
 class SilentSurface:
     """For runs whose surface reads the event stream instead (the terminal console, tests)."""
@@ -71,6 +76,9 @@ class SilentSurface:
         return None
 
     def finished(self, run: Run) -> None:
+        return None
+
+    def connect_needed(self, run: Run, provider: str, label: str) -> None:
         return None
 
 
@@ -116,6 +124,9 @@ class Guarded:
             run,
             lambda: self.inner.approval_reminders(run, requests, escalated=escalated),
         )
+
+    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+        self._guard("connect_needed", run, lambda: self.inner.connect_needed(run, provider, label))
 
     def answer_stream(self, run: Run) -> TextSink | None:
         try:

@@ -27,6 +27,7 @@ The package, by what Slack sends:
 - `grants`: "Approve and allow…" (standing grants), its modal, and Revoke in App Home
 - `demos`: saving a run as a demonstration, from the run modal
 - `commands`: the slash command
+- `connections`: finishing a per-user connection (the code modal)
 - `lifecycle`: the installation going away, and the catch-alls
 """
 
@@ -39,7 +40,16 @@ from typing import Any
 import structlog
 from slack_bolt import App, Assistant, BoltContext, BoltRequest, BoltResponse
 
-from bot.listeners import actions, assistant, batch, edit, grants, lifecycle, questions
+from bot.listeners import (
+    actions,
+    assistant,
+    batch,
+    connections,
+    edit,
+    grants,
+    lifecycle,
+    questions,
+)
 from bot.listeners.base import Bot, boundary
 from bot.listeners.commands import COMMAND, on_command
 from bot.render.blocks import (
@@ -57,6 +67,7 @@ from bot.render.blocks import (
     SHOW_ARGS,
     VIEW_RUN,
 )
+from bot.render.connections import CODE_MODAL, ENTER_CODE
 from bot.render.grants import GRANT, GRANT_MODAL, REVOKE_GRANT
 from bot.transport import ids
 from bot.transport.payloads import envelope_team
@@ -95,6 +106,8 @@ def register(app: App, sb: Bot) -> None:
     app.view(GRANT_MODAL)(grants.on_grant_submitted)
     app.action(REVOKE_GRANT)(grants.on_revoke_grant)
     app.command(COMMAND)(on_command)
+    app.action(ENTER_CODE)(connections.on_enter_code)
+    app.view(CODE_MODAL)(connections.on_code_submitted)
     app.event("app_uninstalled")(lifecycle.on_installation_gone)
     app.event("tokens_revoked")(lifecycle.on_installation_gone)
     # last: whatever the listeners above do not claim is acked here, never Bolt's 404

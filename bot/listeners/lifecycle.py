@@ -15,7 +15,7 @@ from bot.listeners.commands import COMMAND
 from bot.render import messages as m
 from bot.render.mrkdwn import escape
 from bot.transport.payloads import interaction_id, team_of
-from worker.service import runs
+from worker.service import connections, runs
 
 log = structlog.get_logger(__name__)
 
@@ -34,8 +34,14 @@ def on_installation_gone(event: dict[str, Any], body: dict[str, Any], sb: Bot) -
     team = team_of(body)
     sb.installations.revoke(team, why)
     ended = runs.end_workspace(sb.rt, "slack", team, why=why, withdrawn=m.WITHDRAWN_UNINSTALLED)
+    dropped = connections.drop_workspace(sb.rt, team)  # its people's own grants go with it
     log.warning(
-        "slack_installation_gone", why=why, team=team, runs=ended.runs, approvals=ended.approvals
+        "slack_installation_gone",
+        why=why,
+        team=team,
+        runs=ended.runs,
+        approvals=ended.approvals,
+        connections=dropped,
     )
 
 

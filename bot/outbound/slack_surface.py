@@ -38,6 +38,7 @@ from bot.render.blocks import (
     status_final,
 )
 from bot.render.blocks import status_working as status_working_message
+from bot.render.connections import connect_prompt
 from bot.render.grants import covered_message, grant_buttons
 from bot.render.mrkdwn import channel as channel_link
 from bot.state.identity import UserGroups, user_groups
@@ -47,7 +48,7 @@ from worker import runtime
 from worker.keys import Keys
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
-from worker.service import approvals, grants, runs
+from worker.service import approvals, connections, grants, runs
 
 log = structlog.get_logger(__name__)
 
@@ -263,7 +264,14 @@ class SlackSurface:
             elsewhere=elsewhere,
             outcome=outcome,
             offers=grant_buttons(request, facts.grants),
+            acts_as=self.acts_as(facts.tool),
         )
+
+    def acts_as(self, tool: Tool | None) -> str | None:
+        """A per-user tool's provider, for the card's "acts as @alice's GitHub"."""
+        if tool is None or not tool.connection:
+            return None
+        return connections.label(self.rt, tool.connection)
 
     def approvers(self, request: ApprovalRequest, facts: approvals.Facts | None = None) -> str:
         """Who may decide, in words; an escalated request names its escalation roles too."""
@@ -446,6 +454,28 @@ class SlackSurface:
                 unfurl_links=False,
                 unfurl_media=False,
             )
+
+    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+        """Offer the requester (only them: ephemeral) a Connect button in the run's thread; the
+        flow it starts is bound to them."""
+        channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+        if not channel or self.gone(run):
+            return
+        team, user = run.requester.team_id, run.requester.user_id
+        try:
+            url = connections.connect_url(self.rt, team, user, provider)
+        except connections.ConnectRefused as refused:
+            text = m.CONNECT_UNAVAILABLE.format(label=label, why=str(refused))
+            self.client.chat_postEphemeral(channel=channel, user=user, text=text)
+            return
+        prompt = connect_prompt(label, url, provider)
+        self.client.chat_postEphemeral(
+            channel=channel,
+            user=user,
+            thread_ts=thread_ts or None,
+            text=prompt.text,
+            blocks=prompt.blocks,
+        )
 
     def _final_status(
         self, run: Run, channel: str, thread_ts: str, cancelled_by: str | None

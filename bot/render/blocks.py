@@ -251,10 +251,12 @@ def approval_card(
     elsewhere: str | None = None,
     outcome: str | None = None,
     offers: list[dict[str, Any]] | None = None,
+    acts_as: str | None = None,
 ) -> Message:
     """The card while pending (`outcome` None: with buttons) or once resolved (no
     decision buttons, the outcome in their place). `offers`: more buttons while pending
-    (the standing grants the policy allows, bot/render/grants.py)."""
+    (the standing grants the policy allows, bot/render/grants.py). `acts_as`: the provider
+    a per-user tool acts through ("GitHub"), said on the card."""
     args_text, cut_paths = pretty_json_cut(request.args)
     bidi = has_bidi(args_text)
     past_preview = len(args_text) > ARGS_PREVIEW
@@ -280,6 +282,8 @@ def approval_card(
         notes.append(m.CARD_ARGS_CUT)
     if elsewhere:
         notes.append(elsewhere)
+    if acts_as:
+        notes.append(acting_as(request, acts_as))
     blocks.append(context(*notes))
     show_all = button(m.SHOW_ALL, SHOW_ARGS, request.id)
     if outcome is None:
@@ -301,6 +305,11 @@ def approval_card(
             blocks.append(actions(show_all, block_id="sb_show"))
         text = m.CARD_DECIDED_FALLBACK.format(tool=escape(request.tool), outcome=outcome)
     return Message(text=text, blocks=blocks)
+
+
+def acting_as(request: ApprovalRequest, label: str) -> str:
+    """Whose account a per-user write acts as: always the requester's."""
+    return m.CARD_ACTS_AS.format(user=mention(request.requester), label=escape(label))
 
 
 def approve_button(

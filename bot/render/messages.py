@@ -430,3 +430,22 @@ REVOKED = "Revoked {grant_id}: it allows nothing more."
 REVOKE_NOT_ALLOWED = "Only the grantor, the person it covers, or an admin may revoke it."
 REVOKE_ENDED = "{grant_id} had already ended."
 REVOKE_NOT_FOUND = "No such grant (it ended a while ago)."
+
+# -- per-user connections (bot/render/connections.py) -------------------------------------
+
+CONNECT_NEEDED = (
+    ":link: *{label}* acts as you, and you have not connected your {label} account yet. "
+    "Connect it, then enter the code the page shows you here (only you can finish it), and "
+    "ask again."
+)
+CONNECT_BUTTON = "Connect {label}"
+CARD_ACTS_AS = (
+    ":bust_in_silhouette: Acts as {user}'s {label} account (their own connection), "
+    "whoever approves."
+)
+CONNECT_ENTER_CODE = "Enter code"
+CONNECT_MODAL_TITLE = "Finish connecting"
+CONNECT_MODAL_LABEL = "The code the connection page showed you"
+CONNECT_MODAL_SUBMIT = "Connect"
+CONNECT_DONE = ":white_check_mark: Your {label} account is connected: tools act as you there."
+CONNECT_UNAVAILABLE = "Connecting {label} is not possible now: {why}"

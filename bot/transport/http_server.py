@@ -51,7 +51,7 @@ from slack_bolt import App, BoltRequest
 from slack_bolt.response import BoltResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from bot.transport import envelope, signature
+from bot.transport import envelope, oauth_callback, signature
 from bot.transport.payloads import request_kind
 from worker import metrics, tracing
 from worker.runtime import Runtime
@@ -207,7 +207,8 @@ def protocol_class(limits: Limits) -> type[_Protocol]:
 
 
 class SlackEvents:
-    """The ASGI app: `POST /slack/events` into Bolt, `GET /healthz`, `/livez`, `/metrics`."""
+    """The ASGI app: `POST /slack/events` into Bolt, `GET /healthz`, `/livez`, `/metrics`,
+    and `GET /oauth/callback` (per-user connections)."""
 
     def __init__(self, app: App, rt: Runtime, secrets: Sequence[str], limits: Limits) -> None:
         self.app = app
@@ -245,6 +246,8 @@ class SlackEvents:
             await respond(send, 200, {"ok": True})
         elif method in ("GET", "HEAD") and path in (HEALTH_PATH, metrics.METRICS_PATH):
             await self.probe(path, send)
+        elif method == "GET" and path == oauth_callback.CALLBACK_PATH:
+            await self.oauth_callback(scope, send)
         else:
             await respond(send, 404, {"error": "not found"})
 
@@ -266,6 +269,22 @@ class SlackEvents:
                 await respond(send, 200, exposition.decode(), {"Content-Type": content_type})
         finally:
             self.probing -= 1
+
+    async def oauth_callback(self, scope: Scope, send: Send) -> None:
+        """A provider sent a person back (bot/transport/oauth_callback.py): off the event
+        loop, since finishing asks Redis and the provider's token endpoint."""
+        if self.waiting >= self.limits.dispatch_threads + self.limits.dispatch_queue:
+            await respond(send, 503, {"error": "busy"}, {"Retry-After": "1"})
+            return
+        query = scope["query_string"].decode("latin-1")
+        self.waiting += 1
+        try:
+            status, html_page = await asyncio.get_running_loop().run_in_executor(
+                self.dispatcher, oauth_callback.callback_page, self.rt, query
+            )
+        finally:
+            self.waiting -= 1
+        await respond(send, status, html_page, oauth_callback.HEADERS)
 
     def health(self) -> tuple[int, dict[str, Any]]:
         try:

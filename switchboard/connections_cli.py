@@ -1,0 +1,56 @@
+"""`switchboard connections list|revoke`: a person's connections (never their tokens), and
+disconnecting one as the operator (revoked at the provider where it has an endpoint)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from switchboard.errors import CliError
+from switchboard.settings import Config
+from switchboard.verbs import help_of
+from switchboard.wiring import open_runtime
+from worker.service import connections
+
+
+def add_command(verbs: Any) -> None:
+    parser = verbs.add_parser(
+        "connections", help=help_of("connections"), description=help_of("connections")
+    )
+    parser.set_defaults(handler=lambda c, a: _usage(parser))
+    actions = parser.add_subparsers(title="connections commands", metavar="ACTION")
+    p = actions.add_parser("list", help="a person's connected accounts (no tokens)")
+    p.set_defaults(handler=cmd_list)
+    p.add_argument("user", metavar="USER", help="the Slack user id")
+    p.add_argument("--team", default="", metavar="T", help="their workspace id")
+    p = actions.add_parser("revoke", help="disconnect a person's account for a provider")
+    p.set_defaults(handler=cmd_revoke)
+    p.add_argument("user", metavar="USER", help="the Slack user id")
+    p.add_argument("provider", metavar="PROVIDER", help="e.g. github, mcp:docs")
+    p.add_argument("--team", default="", metavar="T", help="their workspace id")
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def cmd_list(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    found = connections.listing(rt, args.team, args.user)
+    if not found:
+        print(f"{args.user} has no connections")
+        return 0
+    for item in found:
+        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(item.connected_at))
+        print(f"{item.provider}\t{item.label}\tconnected {since}\tscope {item.scope or '-'}")
+    return 0
+
+
+def cmd_revoke(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    if not connections.revoke(rt, args.team, args.user, args.provider):
+        raise CliError(f"{args.user} has no {args.provider} connection")
+    print(f"{args.user}: {args.provider} disconnected")
+    return 0

@@ -1,0 +1,359 @@
+"""Per-user connections against a real OAuth 2.1 authorization server (the `mcp` SDK's server
+auth, tests/support/oauth_server.py): the flow with PKCE and a single-use state, the user
+verifier, refresh, revocation, and tokens that never sit in Redis in plain text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlparse
+
+import httpx2
+import pytest
+import redis
+from cryptography.fernet import Fernet
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.oauth_server import OAuthMcpServer
+from tests.support.runtime import make_runtime
+from tools.exceptions import NotConnected, ToolError
+from worker.connections import ConnectionStore, Provider
+from worker.connections.tokens import Connections
+from worker.runtime import Runtime
+from worker.service import connections as service
+from worker.service.connections import ConnectRefused
+
+TEAM = "T0001"
+PUBLIC = "https://switchboard.example.com"
+
+
+@pytest.fixture(scope="module")
+def provider_server() -> Iterator[OAuthMcpServer]:
+    server = OAuthMcpServer()
+    yield server
+    server.stop()
+
+
+def people_provider(server: OAuthMcpServer) -> Provider:
+    """The MCP server's own OAuth: endpoints and client come from discovery."""
+    return Provider(
+        name="mcp:people",
+        label="People",
+        authorize_url="",
+        token_url="",
+        client_id="",
+        discover_from=server.url,
+        resource=server.url,
+    )
+
+
+def connected_runtime(
+    conn: redis.Redis, server: OAuthMcpServer, keys: list[str] | None = None
+) -> Runtime:
+    rt = make_runtime(conn, "http://127.0.0.1:9/v1")
+    store = ConnectionStore(conn, rt.settings.namespace, keys or [Fernet.generate_key().decode()])
+    rt.connections = Connections(store, {"mcp:people": people_provider(server)}, PUBLIC)
+    return rt
+
+
+@pytest.fixture
+def rt(redis_conn: redis.Redis, provider_server: OAuthMcpServer) -> Runtime:
+    return connected_runtime(redis_conn, provider_server)
+
+
+def sign_in(authorize_url: str, user: str, *, deny: bool = False) -> dict[str, str]:
+    """What a browser does: the authorization page redirects to the provider's sign-in;
+    signing in as `user` redirects to our callback. Returns the callback's query."""
+    with httpx2.Client(follow_redirects=False, timeout=10) as browser:
+        login = browser.get(authorize_url)
+        assert login.status_code == 302, login.text
+        extra = "&deny=1" if deny else f"&user={user}"
+        back = browser.get(login.headers["location"] + extra)
+        assert back.status_code == 302, back.text
+    target = urlparse(back.headers["location"])
+    assert f"{target.scheme}://{target.netloc}{target.path}" == PUBLIC + service.CALLBACK_PATH
+    return {key: values[0] for key, values in parse_qs(target.query).items()}
+
+
+def connect(rt: Runtime, user: str, *, signs_in_as: str | None = None) -> service.Finished:
+    url = service.connect_url(rt, TEAM, user, "mcp:people")
+    query = sign_in(url, signs_in_as or user.removeprefix("U").lower())  # UBOB signs in as bob
+    return service.complete(rt, query["state"], query.get("code", ""))
+
+
+def subject_of(server: OAuthMcpServer, token: str) -> str | None:
+    found = server.people.access.get(token)
+    return found.subject if found is not None else None
+
+
+def test_a_person_connects_and_their_token_acts_as_them(
+    rt: Runtime, provider_server: OAuthMcpServer
+) -> None:
+    url = service.connect_url(rt, TEAM, "UALICE", "mcp:people")
+    query = parse_qs(urlparse(url).query)
+    assert query["code_challenge_method"] == ["S256"] and query["resource"] == [provider_server.url]
+    finished = service.complete(rt, **_callback(sign_in(url, "alice")))
+    with pytest.raises(NotConnected):  # finished at the provider, not yet confirmed in Slack
+        service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    connected = service.confirm(rt, TEAM, "UALICE", finished.code)
+    assert connected.label == "People"
+    assert (
+        subject_of(provider_server, service.token_for(rt, TEAM, "UALICE", "mcp:people")) == "alice"
+    )
+    bob = connect(rt, "UBOB")
+    service.confirm(rt, TEAM, "UBOB", bob.code.lower())  # codes are read case-blind
+    assert subject_of(provider_server, service.token_for(rt, TEAM, "UBOB", "mcp:people")) == "bob"
+    assert [c.provider for c in service.listing(rt, TEAM, "UALICE")] == ["mcp:people"]
+
+
+def _callback(query: dict[str, str]) -> dict[str, str]:
+    return {"state": query["state"], "code": query.get("code", "")}
+
+
+def test_the_user_verifier_refuses_a_flow_finished_by_someone_else(rt: Runtime) -> None:
+    # Alice's link was forwarded to Bob, who signed in at the provider as bob
+    finished = connect(rt, "UALICE", signs_in_as="bob")
+    with pytest.raises(ConnectRefused, match="started by someone else"):
+        service.confirm(rt, TEAM, "UBOB", finished.code)
+    with pytest.raises(ConnectRefused, match="not valid"):  # and the held tokens are gone
+        service.confirm(rt, TEAM, "UALICE", finished.code)
+    assert service.listing(rt, TEAM, "UALICE") == service.listing(rt, TEAM, "UBOB") == []
+
+
+def test_a_replayed_or_tampered_state_is_refused_and_changes_nothing(rt: Runtime) -> None:
+    url = service.connect_url(rt, TEAM, "UALICE", "mcp:people")
+    query = sign_in(url, "alice")
+    with pytest.raises(ConnectRefused, match=r"already used|not made"):
+        service.complete(rt, query["state"] + "x", query["code"])
+    service.complete(rt, query["state"], query["code"])
+    with pytest.raises(ConnectRefused, match="already used"):
+        service.complete(rt, query["state"], query["code"])
+    assert service.listing(rt, TEAM, "UALICE") == []
+
+
+def test_a_provider_error_and_a_token_endpoint_that_is_down_change_no_grant(
+    redis_conn: redis.Redis, provider_server: OAuthMcpServer
+) -> None:
+    rt = connected_runtime(redis_conn, provider_server)
+    connected = connect(rt, "UALICE")
+    service.confirm(rt, TEAM, "UALICE", connected.code)
+    before = service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    denied = sign_in(service.connect_url(rt, TEAM, "UALICE", "mcp:people"), "", deny=True)
+    with pytest.raises(ConnectRefused, match="the person said no"):
+        service.complete(
+            rt, denied["state"], error=denied["error"], description=denied["error_description"]
+        )
+    assert rt.connections is not None
+    found = rt.connections.provider("mcp:people")
+    with socket_closed() as dead:  # the token endpoint stops answering
+        rt.connections._providers["mcp:people"] = found.__class__(
+            **{**found.__dict__, "token_url": dead}
+        )
+        url = service.connect_url(rt, TEAM, "UALICE", "mcp:people")
+        with pytest.raises(ConnectRefused, match="could not be reached"):
+            service.complete(rt, **_callback(sign_in(url, "mallory")))
+    assert service.token_for(rt, TEAM, "UALICE", "mcp:people") == before
+
+
+class socket_closed:
+    """A local URL where nothing listens."""
+
+    def __enter__(self) -> str:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/token"
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def test_an_expired_access_token_is_refreshed_and_a_revoked_one_asks_to_connect_again(
+    rt: Runtime, provider_server: OAuthMcpServer
+) -> None:
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    first = service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    provider_server.people.expire_access()
+    assert rt.connections is not None
+    grant = rt.connections.store.get(TEAM, "UALICE", "mcp:people")
+    assert grant is not None  # the provider said the token lives an hour; it ended early
+    rt.connections.store.put(
+        TEAM, "UALICE", grant.__class__(**{**grant.__dict__, "expires_at": 1.0})
+    )
+    refreshes = provider_server.people.refreshes
+    second = service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    assert second != first and provider_server.people.refreshes == refreshes + 1
+    assert subject_of(provider_server, second) == "alice"
+    provider_server.people.revoke_everything("alice")
+    grant = rt.connections.store.get(TEAM, "UALICE", "mcp:people")
+    assert grant is not None
+    rt.connections.store.put(
+        TEAM, "UALICE", grant.__class__(**{**grant.__dict__, "expires_at": 1.0})
+    )
+    with pytest.raises(NotConnected, match="revoked or expired"):
+        service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    assert service.listing(rt, TEAM, "UALICE") == []
+
+
+def test_disconnect_revokes_at_the_provider_and_uninstall_drops_every_grant(
+    rt: Runtime, provider_server: OAuthMcpServer
+) -> None:
+    for user in ("UALICE", "UBOB"):
+        service.confirm(rt, TEAM, user, connect(rt, user).code)
+    token = service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    revocations = provider_server.people.revocations
+    assert service.revoke(rt, TEAM, "UALICE", "mcp:people")
+    assert (
+        provider_server.people.revocations > revocations
+        and token not in provider_server.people.access
+    )
+    with pytest.raises(NotConnected):
+        service.token_for(rt, TEAM, "UALICE", "mcp:people")
+    assert service.drop_workspace(rt, TEAM) == 1
+    assert service.listing(rt, TEAM, "UBOB") == []
+
+
+def test_tokens_are_never_in_redis_in_plain_text_and_keys_rotate(
+    redis_conn: redis.Redis, provider_server: OAuthMcpServer
+) -> None:
+    old = Fernet.generate_key().decode()
+    rt = connected_runtime(redis_conn, provider_server, [old])
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    held = connect(rt, "UBOB")  # finished, not confirmed: its tokens are held too
+    pending = service.connect_url(rt, TEAM, "UCAROL", "mcp:people")  # started only
+    dump = redis_dump(redis_conn)
+    secrets_seen = [
+        *provider_server.people.issued,
+        held.code,
+        parse_qs(urlparse(pending).query)["state"][0],
+    ]
+    assert secrets_seen and not [s for s in secrets_seen if s.encode() in dump]
+    # rotation: a new key first encrypts; the old one still decrypts until rekey rewrote all
+    new = Fernet.generate_key().decode()
+    rotated = connected_runtime(redis_conn, provider_server, [new, old])
+    token = service.token_for(rotated, TEAM, "UALICE", "mcp:people")
+    assert rotated.connections is not None and rotated.connections.store.rekey() >= 1
+    only_new = connected_runtime(redis_conn, provider_server, [new])
+    assert service.token_for(only_new, TEAM, "UALICE", "mcp:people") == token
+
+
+def redis_dump(conn: redis.Redis) -> bytes:
+    """Every key and every value in Redis, as bytes."""
+    out = []
+    for key in conn.scan_iter(count=1000):
+        out.append(key)
+        kind = conn.type(key)
+        if kind == b"string":
+            out.append(conn.get(key) or b"")
+        elif kind == b"hash":
+            out.extend(b for pair in conn.hgetall(key).items() for b in pair)
+        elif kind == b"list":
+            out.extend(conn.lrange(key, 0, -1))
+        elif kind == b"set":
+            out.extend(conn.smembers(key))
+        elif kind == b"zset":
+            out.extend(conn.zrange(key, 0, -1))
+        elif kind == b"stream":
+            out.extend(repr(conn.xrange(key)).encode())
+    return b"\n".join(out)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(state=st.text(max_size=2100), code=st.text(max_size=2100), finishing=st.text(max_size=200))
+def test_whatever_reaches_the_callback_or_the_code_box_is_refused_without_a_grant(
+    rt: Runtime, state: str, code: str, finishing: str
+) -> None:
+    with pytest.raises(ConnectRefused):
+        service.complete(rt, state, code)
+    with pytest.raises(ConnectRefused):
+        service.confirm(rt, TEAM, "UFUZZ" + str(len(finishing) % 3), finishing)
+    assert service.listing(rt, TEAM, "UFUZZ0") == []
+
+
+def test_an_unknown_provider_and_missing_keys_say_what_to_do(rt: Runtime) -> None:
+    with pytest.raises(ConnectRefused, match="no provider named"):
+        service.connect_url(rt, TEAM, "UALICE", "nope")
+    from worker.connections.store import KeysMissing, fernet_of
+
+    with pytest.raises(KeysMissing, match="SWITCHBOARD_CONNECTION_KEYS"):
+        fernet_of([""])
+    with pytest.raises(KeysMissing, match="key 1 is not a Fernet key"):
+        fernet_of(["short"])
+    assert isinstance(NotConnected("x"), ToolError)
+
+
+def test_the_callback_page_shows_the_code_once_and_explains_a_refusal(rt: Runtime) -> None:
+    from urllib.parse import urlencode
+
+    from bot.transport.oauth_callback import callback_page
+
+    query = sign_in(service.connect_url(rt, TEAM, "UALICE", "mcp:people"), "alice")
+    status, page = callback_page(rt, urlencode(query))
+    assert status == 200 and "Enter code" in page
+    code = page.split("<code>")[1].split("</code>")[0]
+    status, again = callback_page(rt, urlencode(query))  # the browser's back button, a replay
+    assert status == 400 and "already used" in again and code not in again
+    status, forged = callback_page(rt, "state=%3Cscript%3E&code=x")
+    assert status == 400 and "<script>" not in forged
+    assert service.confirm(rt, TEAM, "UALICE", code).provider == "mcp:people"
+
+
+def test_the_providers_file_reads_a_github_style_app_and_names_every_problem() -> None:
+    from worker.connections.providers import ProvidersError, read_providers
+
+    text = """
+providers:
+  github:
+    label: GitHub
+    authorize_url: https://github.com/login/oauth/authorize
+    token_url: https://github.com/login/oauth/access_token
+    client_id: ${GITHUB_CLIENT_ID}
+    client_secret: ${GITHUB_CLIENT_SECRET}
+    scopes: [repo]
+"""
+    env = {"GITHUB_CLIENT_ID": "Iv1.abc", "GITHUB_CLIENT_SECRET": "s3cret"}
+    github = read_providers(text, "providers.yaml", env)["github"]
+    assert (github.client_id, github.scopes, github.label) == ("Iv1.abc", ("repo",), "GitHub")
+    assert "s3cret" not in repr(github)
+    with pytest.raises(ProvidersError) as raised:
+        read_providers(text.replace("scopes: [repo]", "scopes: repo\n    colour: red"), "p", {})
+    message = str(raised.value)
+    assert "GITHUB_CLIENT_ID" in message and "scopes must be a list" in message
+    assert "colour is not a provider key" in message
+
+
+def test_a_per_user_write_card_says_it_acts_as_the_requester() -> None:
+    from bot.render.blocks import approval_card
+    from tests.test_bot_render import request
+
+    pending = request({"body": "hi"})
+    card = approval_card(
+        pending, description="Comment.", approvers="anyone", high_risk=False, acts_as="GitHub"
+    )
+    assert "Acts as <@UALICE>'s GitHub account" in repr(card.blocks)
+    plain = approval_card(pending, description="Comment.", approvers="anyone", high_risk=False)
+    assert "Acts as" not in repr(plain.blocks)
+
+
+def test_the_cli_lists_and_revokes_a_connection_without_showing_a_token(
+    cli_env: None,
+    redis_conn: redis.Redis,
+    provider_server: OAuthMcpServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from switchboard.cli import main
+
+    key = Fernet.generate_key().decode()
+    rt = connected_runtime(redis_conn, provider_server, [key])
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    monkeypatch.setenv("SWITCHBOARD_CONNECTION_KEYS", key)
+    assert main(["connections", "list", "UALICE", "--team", TEAM]) == 0
+    listed = capsys.readouterr().out
+    assert "mcp:people" in listed
+    assert not [t for t in provider_server.people.issued if t in listed]
+    assert main(["connections", "revoke", "UALICE", "mcp:people", "--team", TEAM]) == 0
+    assert service.listing(rt, TEAM, "UALICE") == []

@@ -1,0 +1,128 @@
+"""A process's connections: the store, the providers it knows, and the token for a call.
+
+`token_for` is what a per-user tool's call asks (through ToolContext): the requester's own
+access token, refreshed first when it has expired (one refresh at a time per grant). A
+refresh the provider refuses (`invalid_grant`: revoked, expired) drops the grant, so the
+person is asked to connect again; a provider that is down leaves the grant as it is and
+the call fails for now.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+import httpx2
+import structlog
+
+from tools.exceptions import NotConnected, ToolError
+from worker.connections import oauth
+from worker.connections.oauth import Provider, ProviderDown, ProviderRefused
+from worker.connections.store import ConnectionStore, Grant
+
+log = structlog.get_logger(__name__)
+
+REFRESH_LOCK_SECONDS = 15.0
+
+
+class UnknownProvider(KeyError):
+    pass
+
+
+class Connections:
+    def __init__(
+        self,
+        store: ConnectionStore,
+        providers: Mapping[str, Provider],
+        public_url: str = "",
+        http: httpx2.Client | None = None,
+    ) -> None:
+        self.store = store
+        self._providers = dict(providers)
+        self.public_url = public_url.rstrip("/")
+        self.http = http or httpx2.Client(timeout=oauth.TIMEOUT, follow_redirects=False)
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        return sorted(self._providers)
+
+    def add(self, provider: Provider) -> None:
+        """Declare a provider (an MCP server entry's own OAuth, known at start-up)."""
+        with self._lock:
+            self._providers.setdefault(provider.name, provider)
+
+    def label(self, name: str) -> str:
+        found = self._providers.get(name)
+        return found.label if found is not None else name
+
+    def provider(self, name: str, redirect_uri: str = "") -> Provider:
+        """The provider, its endpoints and client discovered first for an MCP server's own
+        OAuth (once per process; the registration is kept, encrypted, in Redis)."""
+        with self._lock:
+            found = self._providers.get(name)
+        if found is None:
+            raise UnknownProvider(name)
+        if found.discovered or not found.discover_from:
+            return found
+        redirect_uri = redirect_uri or self.public_url + "/oauth/callback"
+        registered = self.store.client(name)
+        discovered = oauth.discover(found.discover_from, redirect_uri, "Switchboard", registered)
+        if discovered.client is not registered:
+            self.store.put_client(name, discovered.client)
+        ready = oauth.with_discovery(found, discovered)
+        with self._lock:
+            self._providers[name] = ready
+        return ready
+
+    def token_for(self, team: str, user: str, provider: str) -> str:
+        """The access token of `user` for `provider`, refreshed if it expired; NotConnected
+        when they have none (or it can no longer be refreshed)."""
+        label = self.label(provider)
+        grant = self.store.get(team, user, provider)
+        if grant is None:
+            raise NotConnected(provider, label)
+        if not grant.expired(time.time()):
+            return grant.access_token
+        if not grant.refresh_token:
+            self.store.delete(team, user, provider)
+            raise NotConnected(provider, label, "the connection expired")
+        return self._refreshed(team, user, grant, label)
+
+    def _refreshed(self, team: str, user: str, grant: Grant, label: str) -> str:
+        with self.store.refresh_lock(team, user, grant.provider, REFRESH_LOCK_SECONDS):
+            current = self.store.get(team, user, grant.provider)
+            if current is None:
+                raise NotConnected(grant.provider, label)
+            if current != grant and not current.expired(time.time()):
+                return current.access_token  # another call refreshed it meanwhile
+            try:
+                fresh = oauth.refresh(self.provider(grant.provider), self.http, current)
+            except ProviderRefused as refused:
+                self.store.delete(team, user, grant.provider)
+                log.info("connection_refresh_refused", provider=grant.provider, error=refused.error)
+                raise NotConnected(
+                    grant.provider, label, "the connection was revoked or expired"
+                ) from None
+            except ProviderDown as down:
+                log.warning("connection_refresh_failed", provider=grant.provider, why=str(down))
+                raise ToolError(
+                    f"Error: not run: {label} could not refresh the connection ({down}); "
+                    "try again later"
+                ) from None
+            self.store.replace(team, user, current, fresh)
+            log.info("connection_refreshed", provider=grant.provider)
+            return fresh.access_token
+
+    def drop(self, team: str, user: str, provider: str) -> bool:
+        """Drop a grant, revoking it at the provider where it has a revocation endpoint."""
+        grant = self.store.delete(team, user, provider)
+        if grant is None:
+            return False
+        try:
+            found = self.provider(provider)
+        except (UnknownProvider, ProviderDown):
+            return True
+        revoked = oauth.revoke(found, self.http, grant)
+        log.info("connection_dropped", provider=provider, revoked_at_provider=revoked)
+        return True
