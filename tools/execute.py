@@ -7,6 +7,7 @@ import enum
 import json
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from tools.registry import Tool
 log = structlog.get_logger(__name__)
 
 MAX_ERROR_CHARS = 1000
+MAX_TRACE_CHARS = 20_000  # the frames of a failed tool call, in its log line
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,21 @@ def execute(
         return _error(tool, outcome.error.message)
     if isinstance(outcome, _Failed):
         error = outcome.error
+        message = bounded(f"Error: {type(error).__name__}: {error}", MAX_ERROR_CHARS)
+        # the frames and the bounded message, not exc_info: a tool's exception text is
+        # unbounded (a 1 MB message took minutes to render in a log line)
         log.warning(
             "tool_failed",
             tool=tool.name,
             call_id=ctx.call_id,
             error_type=type(error).__name__,
-            exc_info=error,
+            error=message,
+            traceback=bounded(
+                "Traceback (most recent call last):\n"
+                + "".join(traceback.format_tb(error.__traceback__)),
+                MAX_TRACE_CHARS,
+            ),
         )
-        message = bounded(f"Error: {type(error).__name__}: {error}", MAX_ERROR_CHARS)
         return _error(tool, message)
     observation = observe(outcome.result, tool.output_cap)
     log.info(
