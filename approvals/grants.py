@@ -124,11 +124,15 @@ class Grant:
     def live(self, now: float | None = None) -> bool:
         return not self.revoked and (time.time() if now is None else now) < self.expires_at
 
-    def matches(self, tool: str, requester: str, thread: str, args: Mapping[str, Any]) -> bool:
-        """Would it cover this call (liveness, policy and tool aside: `GrantStore.use`)?"""
+    def matches(
+        self, tool: str, requester: str, thread: str, args: Mapping[str, Any], team_id: str = ""
+    ) -> bool:
+        """Would it cover this call (liveness, policy and tool aside: `GrantStore.use`)? The
+        same user id in another workspace is another person: the team must match too."""
         return (
             tool == self.tool
             and requester == self.requester
+            and team_id == self.team_id
             and (self.scope != "thread" or (bool(thread) and thread == self.thread))
             and self.constraint.allows(args)
         )

@@ -264,3 +264,30 @@ def test_a_grant_racing_its_revocation_covers_no_call_decided_after_it(
     revoked_at = stored(store, grant.id).revoked_at
     assert approved and all(r.decided_at <= revoked_at for r in approved)
     assert stored(store, grant.id).uses == len(approved) < 400
+
+
+def test_a_grant_covers_its_requester_in_their_own_workspace_only(redis_conn: redis.Redis) -> None:
+    grant = make_grant(GrantStore(redis_conn))
+    assert grant.matches("create_ticket", "UALICE", "", {"project": "IT"}, "T1")
+    # the same user id in another workspace (or none, as the console's) is another person
+    assert not grant.matches("create_ticket", "UALICE", "", {"project": "IT"}, "T2")
+    assert not grant.matches("create_ticket", "UALICE", "", {"project": "IT"}, "")
+
+
+def test_a_tool_that_starts_acting_as_the_person_is_another_contract() -> None:
+    from tools.registry import Tool
+
+    def handler(ctx: Any, args: dict[str, Any]) -> str:
+        return "ok"
+
+    params = {"type": "object", "properties": {}, "additionalProperties": False}
+    own = Tool(name="t", description="d", parameters=params, effect="write", handler=handler)
+    theirs = Tool(
+        name="t",
+        description="d",
+        parameters=params,
+        effect="write",
+        handler=handler,
+        connection="github",
+    )
+    assert own.contract_digest != theirs.contract_digest

@@ -110,10 +110,18 @@ class Tool:
     @property
     def contract_digest(self) -> str:
         """A digest of what the tool takes and what it says it does: its schema, effect,
-        high-risk declaration and annotations. A standing grant made under one digest does
+        high-risk declaration, annotations and whose credentials it acts with (`connection`).
+        A standing grant made under one digest does
         not cover a call of the tool once it changed (approvals/grants.py)."""
         material = canonical_json(
-            [self.name, self.parameters, self.effect, self.high_risk, self.annotations]
+            [
+                self.name,
+                self.parameters,
+                self.effect,
+                self.high_risk,
+                self.annotations,
+                self.connection,
+            ]
         )
         return hashlib.sha256(material.encode()).hexdigest()[:16]
 

@@ -38,7 +38,7 @@ def cover(rt: Runtime, run: Run, call: Call, approval_id: str) -> ApprovalReques
         return None
     user, thread = run.requester.user_id, thread_of(run)
     for grant in rt.grants.live_for(user):
-        if not grant.matches(call.name, user, thread, call.args):
+        if not grant.matches(call.name, user, thread, call.args, run.requester.team_id):
             continue
         request = new_request(
             approval_id=approval_id,
