@@ -201,6 +201,14 @@ def approval_covered(event: Event, offset: str) -> list[str]:
     ]
 
 
+def connection_needed(event: Event, offset: str) -> list[str]:
+    d = event.data
+    return [
+        f"{offset}  {d.get('tool')} not run: {d.get('provider')} acts as the person asking, "
+        "who has not connected it"
+    ]
+
+
 def approval_expired(event: Event, offset: str) -> list[str]:
     return [f"{offset}  approval {event.data.get('approval_id')} expired (denied)"]
 
@@ -289,6 +297,7 @@ RENDERERS: dict[str, Render] = {
     K.APPROVAL_EXPIRED: approval_expired,
     K.GRANT_CREATED: grant_created,
     K.APPROVAL_COVERED: approval_covered,
+    K.CONNECTION_NEEDED: connection_needed,
     K.DEMOS_SELECTED: demos_selected,
     K.SUSPENDED: suspended,
     K.UNGROUNDED_FACTS: ungrounded,

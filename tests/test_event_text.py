@@ -45,6 +45,7 @@ SAMPLES: dict[EventKind, dict[str, Any]] = {
         "instructions": "mention the toner too",
     },
     EventKind.CANCEL_REQUESTED: {"by": "UALICE"},
+    EventKind.CONNECTION_NEEDED: {"call_id": "call_1", "tool": "whoami", "provider": "github"},
     EventKind.HANDED_BACK: {"pid": 4242, "step": 3},
     EventKind.SUSPENDED: {"approvals": ["ap_1"]},
     EventKind.ROLES_UNAVAILABLE: {"error": "usergroups.list: ratelimited"},

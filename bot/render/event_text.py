@@ -176,6 +176,15 @@ def approval_covered(event: Event, offset: str) -> str:
     )
 
 
+def connection_needed(event: Event, offset: str) -> str:
+    d = event.data
+    return m.EVENT_CONNECT_NEEDED.format(
+        offset=offset,
+        tool=escape(str(d.get("tool", ""))),
+        provider=escape(str(d.get("provider", ""))),
+    )
+
+
 def approval_expired(event: Event, offset: str) -> str:
     return m.EVENT_EXPIRED.format(offset=offset, tool=escape(str(event.data.get("tool"))))
 
@@ -245,6 +254,7 @@ RENDERERS: dict[str, Render] = {
     K.APPROVAL_EXPIRED: approval_expired,
     K.GRANT_CREATED: grant_created,
     K.APPROVAL_COVERED: approval_covered,
+    K.CONNECTION_NEEDED: connection_needed,
     K.DECISION_REFUSED: decision_refused,
     K.DEMO_CANDIDATE_SAVED: demo_saved,
     K.CANCEL_REQUESTED: cancel_requested,

@@ -314,6 +314,9 @@ EVENT_DECIDED = "`+{offset}` *{status}* by {user}{reason}"
 EVENT_GRANTED = (
     "`+{offset}` {user} allowed similar *{tool}* calls ({scope}; any {any}) · grant {grant_id}"
 )
+EVENT_CONNECT_NEEDED = (
+    "`+{offset}` *{tool}* not run: {provider} acts as the person asking, who has not connected it"
+)
 EVENT_COVERED = "`+{offset}` *{tool}* {args} approved by {user}'s standing grant {grant_id}"
 EVENT_EDITED = " (with edits: {changes})"
 EVENT_INSTRUCTIONS = " (told the agent: {text})"
