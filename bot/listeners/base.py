@@ -45,6 +45,9 @@ if (
 
 log = structlog.get_logger(__name__)
 
+# seconds for roles when a modal is submitted: its answer must come within 3 s
+MODAL_ROLES_WAIT = 1.5
+
 P = ParamSpec("P")
 
 

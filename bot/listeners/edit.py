@@ -14,6 +14,7 @@ from slack_sdk import WebClient
 from approvals import ApprovalRequest
 from approvals.edits import EditRefused
 from bot.listeners.base import (
+    MODAL_ROLES_WAIT,
     Bot,
     after_decision,
     boundary,
@@ -31,8 +32,6 @@ from worker.roles import RolesUnavailable
 from worker.service import approvals, decisions
 
 log = structlog.get_logger(__name__)
-
-MODAL_ROLES_WAIT = 1.5  # a modal's answer must come within 3 s
 
 
 def edit_metadata(who: Clicked, request: ApprovalRequest) -> str:

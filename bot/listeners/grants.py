@@ -13,6 +13,7 @@ from slack_bolt import Ack
 from slack_sdk import WebClient
 
 from bot.listeners.base import (
+    MODAL_ROLES_WAIT,
     Bot,
     after_decision,
     boundary,
@@ -34,8 +35,6 @@ from worker.service.decisions import DecisionOutcome, DecisionResult
 from worker.service.grants import GRANT_SCOPES, GrantResult, RevokeResult
 
 log = structlog.get_logger(__name__)
-
-MODAL_ROLES_WAIT = 1.5  # a modal's answer must come within 3 s
 
 
 def names_digest(names: list[str]) -> str:
