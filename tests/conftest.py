@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
+import structlog
 
 from tests.fakes.openai_server import FakeOpenAI
 from tests.support.mcp_servers import NotesServer
@@ -35,6 +36,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = [item for item in items if item not in deselected]
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> None:
+    """Every test starts from structlog's defaults: a CLI command run earlier in this
+    process configures a level filter (and cached loggers) that `capture_logs` keeps, so
+    lines a test looks for would be dropped depending on which tests ran before it."""
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session")

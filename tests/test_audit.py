@@ -9,7 +9,6 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -33,13 +32,6 @@ from worker.run import Requester, Run, RunStatus
 CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Printer jam"})])
 NOW = time.time()
 HOUR = 3600.0
-
-
-@pytest.fixture(autouse=True)
-def _default_logging():
-    """capture_logs needs structlog's defaults: a command run earlier (main()) configured
-    a level filter that drops info lines."""
-    structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
 from switchboard.render import trajectory
@@ -38,13 +37,6 @@ WITHDRAWN = (
 BROKEN = OPEN + "tools:\n  knowledge_lookup: {allow: [admnis]}\n"
 LOOKUP = Turn(tool_calls=[("knowledge_lookup", {"name": "Python Basics"})])
 CREATE = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": "Printer jam"})])
-
-
-@pytest.fixture(autouse=True)
-def _default_logging():
-    """capture_logs needs structlog's defaults: a command run earlier (main()) configured
-    a level filter that drops info lines."""
-    structlog.reset_defaults()
 
 
 @pytest.fixture

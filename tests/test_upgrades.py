@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
 from switchboard.cli import main
@@ -15,13 +14,6 @@ from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.jobs import UNKNOWN_SCHEMA, advance_run
 from worker.run import MIGRATIONS, SCHEMA_VERSION, Run, RunSchemaError, RunStatus, migrate
-
-
-@pytest.fixture(autouse=True)
-def _default_logging():
-    """capture_logs needs structlog's defaults: a command run earlier (main()) configured
-    a level filter that drops info lines."""
-    structlog.reset_defaults()
 
 
 @pytest.fixture
