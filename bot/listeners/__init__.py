@@ -110,6 +110,7 @@ def register(app: App, sb: Bot) -> None:
     app.view(CODE_MODAL)(connections.on_code_submitted)
     app.event("app_uninstalled")(lifecycle.on_installation_gone)
     app.event("tokens_revoked")(lifecycle.on_installation_gone)
+    app.event("user_change")(lifecycle.on_user_change)
     # last: whatever the listeners above do not claim is acked here, never Bolt's 404
     app.event(ANYTHING)(lifecycle.on_other_event)
     app.action(ANYTHING)(lifecycle.on_other_interaction)

@@ -15,7 +15,7 @@ from bot.listeners.commands import COMMAND
 from bot.render import messages as m
 from bot.render.mrkdwn import escape
 from bot.transport.payloads import interaction_id, team_of
-from worker.service import connections, runs
+from worker.service import connections, grants, runs
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +42,25 @@ def on_installation_gone(event: dict[str, Any], body: dict[str, Any], sb: Bot) -
         runs=ended.runs,
         approvals=ended.approvals,
         connections=dropped,
+    )
+
+
+@boundary
+def on_user_change(event: dict[str, Any], body: dict[str, Any], sb: Bot) -> None:
+    """`user_change` for a deactivated person (`deleted: true`): their own connections are
+    dropped (revoked at the provider where it can be) and their standing grants end, those
+    they gave and those that covered them. Any other change of a profile is nothing to us."""
+    user = event.get("user")
+    if not isinstance(user, dict) or user.get("deleted") is not True:
+        return
+    user_id = str(user.get("id", ""))[:40]
+    team = str(user.get("team_id") or team_of(body))[:40]
+    if not user_id or not team:
+        return
+    dropped = connections.drop_person(sb.rt, team, user_id)
+    ended = grants.end_person(sb.rt, team, user_id, why="slack:user_deactivated")
+    log.warning(
+        "slack_user_deactivated", team=team, user=user_id, connections=dropped, grants=ended
     )
 
 

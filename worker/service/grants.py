@@ -200,6 +200,21 @@ class RevokeResult(StrEnum):
     ALREADY_ENDED = "already_ended"
 
 
+def end_person(rt: Runtime, team: str, user: str, *, why: str) -> int:
+    """A person left the workspace (deactivated): end every live grant they made or that
+    covers their calls there, so a grant does not outlive the roles it was made with."""
+    ended = 0
+    for grant in rt.grants.live():
+        theirs = (team, user) in (
+            (grant.team_id, grant.requester),
+            (grant.grantor_team, grant.grantor),
+        )
+        if theirs and rt.grants.revoke(grant, why):
+            rt.events.append(grant.run_id, EventKind.GRANT_REVOKED, grant_id=grant.id, by=why)
+            ended += 1
+    return ended
+
+
 def revoke(rt: Runtime, grant_id: str, *, by: str, roles: frozenset[str]) -> RevokeResult:
     """End a grant at once: its grantor, the requester it covers, or an admin may."""
     grant = rt.grants.find(grant_id)
