@@ -16,6 +16,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.support.mcp_servers import NotesServer
 
 if TYPE_CHECKING:
+    from tests.support.oauth_server import OAuthMcpServer
     from tests.support.slack_bot import BotEnv
 from tests.support.redis_server import RedisServer
 
@@ -44,6 +45,17 @@ def _structlog_defaults() -> None:
     process configures a level filter (and cached loggers) that `capture_logs` keeps, so
     lines a test looks for would be dropped depending on which tests ran before it."""
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="module")
+def provider_server() -> Iterator[OAuthMcpServer]:
+    """A real OAuth 2.1 authorization server (the `mcp` SDK's) in front of an MCP server:
+    the provider of per-user connections (tests/support/oauth_server.py)."""
+    from tests.support.oauth_server import OAuthMcpServer
+
+    server = OAuthMcpServer()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

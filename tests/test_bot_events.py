@@ -18,11 +18,9 @@ from urllib.parse import urlencode
 
 import pytest
 import redis
-from cryptography.fernet import Fernet
 from structlog.testing import capture_logs
 
 from approvals import ApprovalStatus
-from approvals.grants import Constraint
 from bot.state.installations import Installations
 from bot.transport.serve import build_app
 from tests.fakes.openai_server import FakeOpenAI, Turn
@@ -38,9 +36,8 @@ from tests.fakes.slack_server import (
 )
 from tests.support.oauth_server import OAuthMcpServer
 from tests.support.slack_bot import ALICE, CHANNEL, SECRET, TOKEN, BotEnv, card_of
-from tests.test_connections import PUBLIC, TEAM, connect, people_provider
-from worker.connections import ConnectionStore
-from worker.connections.tokens import Connections
+from tests.test_connections import TEAM, connect, with_connections
+from tests.test_grants import make_grant
 from worker.run import EndReason, RunStatus
 from worker.service import connections
 
@@ -241,43 +238,22 @@ def test_a_bot_started_with_a_working_token_posts_there_again(
 # -- a person deactivated --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def people_server() -> Iterator[OAuthMcpServer]:
-    server = OAuthMcpServer()
-    yield server
-    server.stop()
-
-
-def standing_grant(env: BotEnv, requester: str, grantor: str, team: str = "T0001") -> str:
-    return env.rt.grants.create(
-        tool="create_ticket",
-        requester=requester,
-        team_id=team,
-        grantor=grantor,
-        grantor_team=team,
-        scope="hour",
-        thread="",
-        constraint=Constraint.of({"project": "IT"}, set()),
-        policy_version=env.rt.policy.version,
-        tool_digest="d",
-        approval_id="a1",
-        run_id="r1",
-    ).id
-
-
 def test_a_deactivated_person_loses_their_connections_and_standing_grants(
-    env: BotEnv, people_server: OAuthMcpServer
+    env: BotEnv, provider_server: OAuthMcpServer
 ) -> None:
-    store = ConnectionStore(
-        env.rt.redis, env.rt.settings.namespace, [Fernet.generate_key().decode()]
-    )
-    env.rt.connections = Connections(store, {"mcp:people": people_provider(people_server)}, PUBLIC)
+    with_connections(env.rt, provider_server)
     for user in ("UALICE", "UBOB"):
         connections.confirm(env.rt, TEAM, user, connect(env.rt, user).code)
-    covers_alice = standing_grant(env, requester="UALICE", grantor="UCAROL")
-    given_by_alice = standing_grant(env, requester="UDAVE", grantor="UALICE")
-    bobs = standing_grant(env, requester="UBOB", grantor="UCAROL")
-    elsewhere = standing_grant(env, requester="UALICE", grantor="UCAROL", team="T0002")
+
+    def grant(requester: str, grantor: str, team: str = TEAM) -> str:
+        return make_grant(
+            env.rt.grants, requester=requester, grantor=grantor, team_id=team, grantor_team=team
+        ).id
+
+    covers_alice = grant(requester="UALICE", grantor="UCAROL")
+    given_by_alice = grant(requester="UDAVE", grantor="UALICE")
+    bobs = grant(requester="UBOB", grantor="UCAROL")
+    elsewhere = grant(requester="UALICE", grantor="UCAROL", team="T0002")
 
     env.event({"type": "user_change", "user": {"id": "UALICE", "team_id": TEAM, "deleted": False}})
     env.settle()

@@ -43,7 +43,6 @@ from tests.support.slack_bot import (
     TOKEN,
     USERGROUPS,
     buttons,
-    fresh_logging,
     has_button,
     texts,
 )
@@ -101,7 +100,6 @@ def socket_env(
 ) -> Iterator[SocketEnv]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(POLICY)
-    fresh_logging()
     rt = make_runtime(redis_conn, model_server.url, policy_file=policy_file)
     with FakeSlack(usergroups=USERGROUPS) as slack:  # it owns the gateway, and stops it
         surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt, update_interval=0.2)

@@ -4,7 +4,6 @@ verifier, refresh, revocation, and tokens that never sit in Redis in plain text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from urllib.parse import parse_qs, urlparse
 
 import httpx2
@@ -27,13 +26,6 @@ TEAM = "T0001"
 PUBLIC = "https://switchboard.example.com"
 
 
-@pytest.fixture(scope="module")
-def provider_server() -> Iterator[OAuthMcpServer]:
-    server = OAuthMcpServer()
-    yield server
-    server.stop()
-
-
 def people_provider(server: OAuthMcpServer) -> Provider:
     """The MCP server's own OAuth: endpoints and client come from discovery."""
     return Provider(
@@ -47,13 +39,19 @@ def people_provider(server: OAuthMcpServer) -> Provider:
     )
 
 
+def with_connections(rt: Runtime, server: OAuthMcpServer, keys: list[str] | None = None) -> Runtime:
+    """`rt` with per-user connections to the People server (a fresh key unless given)."""
+    store = ConnectionStore(
+        rt.redis, rt.settings.namespace, keys or [Fernet.generate_key().decode()]
+    )
+    rt.connections = Connections(store, {"mcp:people": people_provider(server)}, PUBLIC)
+    return rt
+
+
 def connected_runtime(
     conn: redis.Redis, server: OAuthMcpServer, keys: list[str] | None = None
 ) -> Runtime:
-    rt = make_runtime(conn, "http://127.0.0.1:9/v1")
-    store = ConnectionStore(conn, rt.settings.namespace, keys or [Fernet.generate_key().decode()])
-    rt.connections = Connections(store, {"mcp:people": people_provider(server)}, PUBLIC)
-    return rt
+    return with_connections(make_runtime(conn, "http://127.0.0.1:9/v1"), server, keys)
 
 
 @pytest.fixture

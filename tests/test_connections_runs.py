@@ -8,29 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from cryptography.fernet import Fernet
 
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.oauth_server import OAuthMcpServer, whoami
 from tests.support.runtime import ALICE, make_runtime, tool_messages, work
-from tests.test_connections import PUBLIC, TEAM, connect, people_provider
+from tests.test_connections import TEAM, connect, with_connections
 from tools import ToolContext, tool
 from tools.registry import registry
 from worker import service
-from worker.connections import ConnectionStore
-from worker.connections.tokens import Connections
 from worker.run import Requester, RunStatus
 from worker.runtime import Runtime
 from worker.service import connections
 
 BOB = Requester(user_id="UBOB", team_id=TEAM, channel_id="C0001", roles=["everyone"])
-
-
-@pytest.fixture(scope="module")
-def provider_server() -> Iterator[OAuthMcpServer]:
-    server = OAuthMcpServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -62,9 +52,7 @@ class Offers:
 
 def runtime(conn: redis.Redis, url: str, server: OAuthMcpServer, offers: Offers) -> Runtime:
     rt = make_runtime(conn, url, surfaces={"test": offers})  # type: ignore[dict-item]
-    store = ConnectionStore(conn, rt.settings.namespace, [Fernet.generate_key().decode()])
-    rt.connections = Connections(store, {"mcp:people": people_provider(server)}, PUBLIC)
-    return rt
+    return with_connections(rt, server)
 
 
 def test_alice_is_asked_to_connect_then_the_tool_acts_as_her_and_bobs_as_bob(

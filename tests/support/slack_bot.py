@@ -138,7 +138,6 @@ def bot_env(
 ) -> Iterator[BotEnv]:
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(policy)
-    fresh_logging()
     rt = make_runtime(conn, model_url, policy_file=policy_file)
     with FakeSlack(usergroups=USERGROUPS) as slack:
         client = WebClient(token=TOKEN, base_url=slack.url)
