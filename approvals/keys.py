@@ -17,6 +17,12 @@ class ApprovalKeys:
         """Sorted set: pending approval ids by expiry time."""
         return f"{self.ns}approvals:pending"
 
+    @property
+    def owed_cards(self) -> str:
+        """Sorted set: decided approval ids whose cards may still show buttons, by the time
+        of the decision; the card update clears it, the sweeper redraws what it finds."""
+        return f"{self.ns}approvals:owed"
+
     def batch(self, batch_id: str) -> str:
         """The approval ids of one card that shows several writes."""
         return f"{self.ns}batch:{batch_id}"

@@ -27,12 +27,14 @@ local function wake(due, member)
 end
 """
 
-# KEYS: approval hash, pending index, due set.  ARGV: status, decider, reason, run_id, id,
-# edited args, their binding, the original args (all three '' unless approved with edits),
-# instructions ('' unless rejected with them).
+# KEYS: approval hash, pending index, due set, owed cards.  ARGV: status, decider, reason,
+# run_id, id, edited args, their binding, the original args (all three '' unless approved
+# with edits), instructions ('' unless rejected with them).
 # Of concurrent decisions exactly one finds the request pending; the rest get the winner back.
 # An edit replaces the arguments and the binding in the same step as the decision: the
-# approval covers exactly the edited call, and nothing can run the original under it.
+# approval covers exactly the edited call, and nothing can run the original under it. The
+# decision's cards are owed an update from the same step: whoever won may die before it
+# redraws them, and the sweeper then does (`owed_cards`).
 _DECIDE = (
     WAKE_LUA
     + """
@@ -54,6 +56,7 @@ if status == 'rejected' and ARGV[9] ~= '' then
   redis.call('HSET', KEYS[1], 'instructions', ARGV[9])
 end
 redis.call('ZREM', KEYS[2], ARGV[5])
+redis.call('ZADD', KEYS[4], now, ARGV[5])
 wake(KEYS[3], ARGV[4])
 return {'ok', status}
 """
@@ -195,7 +198,12 @@ class ApprovalStore:
             )
             edit = [canonical_json(edited_args), binding, canonical_json(request.args)]
         result = self._decide(
-            keys=[self.keys.approval(approval_id), self.keys.pending, self.due_key],
+            keys=[
+                self.keys.approval(approval_id),
+                self.keys.pending,
+                self.due_key,
+                self.keys.owed_cards,
+            ],
             args=[
                 status.value,
                 decided_by,
@@ -244,6 +252,16 @@ class ApprovalStore:
         request = self.get(approval_id)
         request.cards.append(card)
         self.redis.hset(self.keys.approval(approval_id), "cards", request.to_hash()["cards"])
+
+    def card_shown(self, approval_id: str) -> None:
+        """Its cards show the decision now (or it has none left to redraw)."""
+        self.redis.zrem(self.keys.owed_cards, approval_id)
+
+    def owed_cards(self, older_than: float, limit: int = 100) -> list[str]:
+        """Decided requests whose cards were not redrawn within `older_than` seconds."""
+        cutoff = time.time() - older_than
+        found = self.redis.zrangebyscore(self.keys.owed_cards, 0, cutoff, 0, limit)
+        return [i.decode() for i in found]
 
     def pending(self, limit: int = 200) -> list[ApprovalRequest]:
         """Pending requests, the soonest to expire first; read in one round trip per

@@ -16,7 +16,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, next_ts
 from tests.support.runtime import make_runtime, requester
 from tests.support.slack_bot import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
-from worker import jobs, service
+from worker import jobs, service, sweeper
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
 from worker.surface import Guarded
@@ -50,6 +50,26 @@ def running(rt: Runtime, **origin: str) -> Run:
     run.status = RunStatus.RUNNING
     rt.store.save(run)
     return run
+
+
+def card_request(rt: Runtime, surface: SlackSurface) -> tuple[Run, str]:
+    """A run with a create_ticket card in its thread and in the approvals channel."""
+    run = running(rt)
+    tool = rt.registry.get("create_ticket")
+    assert tool is not None
+    request = rt.approvals.create(
+        run_id=run.id,
+        call_id="c1",
+        tool="create_ticket",
+        args={"project": "IT", "title": "VPN", "body": "down"},
+        requester=ALICE,
+        team_id="T0001",
+        channel_id=CHANNEL,
+        policy_version=rt.policy.version,
+        ttl=60,
+    )
+    surface.approval_requested(run, request, tool)
+    return run, request.id
 
 
 def test_progress_is_one_message_updated_at_most_once_per_interval(
@@ -98,30 +118,56 @@ def test_cards_go_to_the_thread_and_the_approvals_channel_and_expire_in_both(
 ) -> None:
     surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
     rt.surfaces["slack"] = surface
-    run = running(rt)
-    tool = rt.registry.get("create_ticket")
-    assert tool is not None
-    request = rt.approvals.create(
-        run_id=run.id,
-        call_id="c1",
-        tool="create_ticket",
-        args={"project": "IT", "title": "VPN", "body": "down"},
-        requester=ALICE,
-        team_id="T0001",
-        channel_id=CHANNEL,
-        policy_version=rt.policy.version,
-        ttl=60,
-    )
-    surface.approval_requested(run, request, tool)
-    cards = rt.approvals.get(request.id).cards
+    run, approval_id = card_request(rt, surface)
+    cards = rt.approvals.get(approval_id).cards
     assert [c["channel"] for c in cards] == [CHANNEL, APPROVALS]
     assert slack.calls("chat.postMessage")[0]["thread_ts"] == run.origin["thread_ts"]
     assert "<#C0001>" in texts(slack.calls("chat.postMessage")[1]["blocks"])
 
-    assert jobs.expire(rt, request.id) == "expired"  # the worker's expiry calls the surface
+    assert jobs.expire(rt, approval_id) == "expired"  # the worker's expiry calls the surface
     updates = slack.calls("chat.update")
     assert {u["channel"] for u in updates} == {CHANNEL, APPROVALS}
     assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
+    assert rt.approvals.owed_cards(older_than=0) == []  # nothing left for the sweeper
+    surface.close()
+
+
+def test_a_decision_whose_decider_died_before_redrawing_its_cards_is_redrawn_by_the_sweeper(
+    rt: Runtime, slack: FakeSlack
+) -> None:
+    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    rt.surfaces["slack"] = surface
+    _, approval_id = card_request(rt, surface)
+    assert rt.approvals.expire(approval_id).won  # the expiry job won, then was killed
+    assert slack.calls("chat.update") == []  # both cards still offer Approve
+    assert sweeper.redraw_owed_cards(rt) == 0  # within the decider's own grace: not yet
+
+    assert sweeper.redraw_owed_cards(rt, grace=0) == 1
+    updates = slack.calls("chat.update")
+    assert {u["channel"] for u in updates} == {CHANNEL, APPROVALS}
+    assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
+    assert rt.approvals.owed_cards(older_than=0) == []  # drawn once: the debt is paid
+    assert len(slack.calls("chat.update")) == 2
+    surface.close()
+
+
+def test_a_card_slack_cannot_take_now_stays_owed_and_a_deleted_one_does_not(
+    rt: Runtime, slack: FakeSlack
+) -> None:
+    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    rt.surfaces["slack"] = surface
+    _, first = card_request(rt, surface)
+    slack.fail("chat.update", "internal_error", times=1)  # Slack's trouble: try again later
+    assert jobs.expire(rt, first) == "expired"
+    assert rt.approvals.owed_cards(older_than=0) == [first]
+    assert sweeper.redraw_owed_cards(rt, grace=0) == 1
+    assert rt.approvals.owed_cards(older_than=0) == []
+    assert "Expired" in texts(slack.calls("chat.update")[-1]["blocks"])
+
+    _, second = card_request(rt, surface)
+    slack.fail("chat.update", "message_not_found", times=2)  # someone deleted both cards
+    assert jobs.expire(rt, second) == "expired"
+    assert rt.approvals.owed_cards(older_than=0) == []  # nothing to redraw them on
     surface.close()
 
 

@@ -55,8 +55,38 @@ def sweep(rt: Runtime) -> int:
         requeued += 1
     for approval_id in rt.approvals.overdue():
         expire(rt, approval_id)  # a backstop for the scheduled expiry job
+    redraw_owed_cards(rt)
     rt.store.trim_indexes()
     return requeued
+
+
+OWED_GRACE = 15.0  # s a decision's own card update may take (Slack's retries included)
+OWED_GIVE_UP = 3600.0  # s after which a card Slack never took is left as it is
+
+
+def redraw_owed_cards(rt: Runtime, grace: float = OWED_GRACE) -> int:
+    """Decisions whose cards still show buttons: whoever decided (a click, the expiry job, a
+    withdrawal) died before redrawing them, or Slack could not take the update then. Their
+    run's surface draws them again (the same update, so doing it twice is harmless) and
+    clears the debt when every card shows the outcome. Returns how many it redrew."""
+    redrawn = 0
+    for approval_id in rt.approvals.owed_cards(older_than=grace):
+        request = rt.approvals.find(approval_id)
+        run = rt.store.find(request.run_id) if request is not None else None
+        if request is None or run is None or not request.cards:  # nothing left to draw on
+            rt.approvals.card_shown(approval_id)
+            continue
+        if request.decided_at and time.time() - request.decided_at > OWED_GIVE_UP:
+            log.warning("approval_card_abandoned", approval_id=approval_id, run_id=run.id)
+            rt.approvals.card_shown(approval_id)
+            continue
+        marker = f"{rt.settings.namespace}sweep:card:{approval_id}"  # one sweeper per pass
+        if not rt.redis.set(marker, 1, nx=True, px=int(OWED_GRACE * 1000)):
+            continue
+        log.info("approval_card_redrawn", approval_id=approval_id, run_id=run.id)
+        rt.surface(run).approval_resolved(run, request)
+        redrawn += 1
+    return redrawn
 
 
 class Sweeper(threading.Thread):

@@ -17,7 +17,7 @@ from typing import ParamSpec
 import redis
 import structlog
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackClientError
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import (
     RateLimitErrorRetryHandler,
     ServerErrorRetryHandler,
@@ -293,7 +293,8 @@ class SlackSurface:
         )
 
     def approval_resolved(self, run: Run, request: ApprovalRequest) -> None:
-        if self.gone(run):
+        if self.gone(run):  # nothing of it can be redrawn in that workspace
+            approvals.card_shown(self.rt, request.id)
             return
         reason = run.reason  # not set yet when the loop withdraws a cancelled run's requests
         if reason is None and runs.cancelled_by(self.rt, run.id):
@@ -308,8 +309,11 @@ class SlackSurface:
     ) -> None:
         """Update every card of `request` in place: the outcome instead of the buttons (a
         pending request's cards are drawn again as they stand, e.g. once escalated).
-        `also` is the card that was clicked, in case it was not recorded yet."""
+        `also` is the card that was clicked, in case it was not recorded yet. A decided
+        request's cards are owed its outcome until they all show it (or cannot be shown,
+        e.g. deleted): one that Slack could not take now is left to the sweeper's next pass."""
         outcome = outcome_text(request, run_reason) if request.decided else None
+        later = False
         cards = list(request.cards)
         known = {(c.get("channel"), c.get("ts")) for c in cards}
         if also and also.get("channel") and (also["channel"], also.get("ts")) not in known:
@@ -327,8 +331,13 @@ class SlackSurface:
                 self.client.chat_update(
                     channel=card["channel"], ts=card["ts"], text=message.text, blocks=message.blocks
                 )
-            except SLACK_ERRORS:  # each card on its own: a deleted message must not stop the rest
+            except (
+                SLACK_ERRORS
+            ) as error:  # each card on its own: a deleted one must not stop the rest
+                later = later or passing(error)
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
+        if request.decided and not later:
+            approvals.card_shown(self.rt, request.id)
 
     def approval_reminders(
         self, run: Run, requests: list[ApprovalRequest], *, escalated: bool
@@ -486,6 +495,18 @@ class SlackSurface:
         status_ts = run.origin.get("status_ts")
         if status_ts:
             self._update(channel, status_ts, status_final(run, cancelled_by))
+
+
+PASSING_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable"})
+
+
+def passing(error: Exception) -> bool:
+    """Would the same call succeed later? Slack being down, slow or limiting us: yes; Slack
+    refusing it (the message was deleted, the channel archived, a token revoked): no."""
+    if not isinstance(error, SlackApiError):
+        return True  # the network, a timeout
+    status = error.response.status_code
+    return status == 429 or status >= 500 or error.response.get("error") in PASSING_ERRORS
 
 
 def send_digest(person: str, kind: str) -> str:

@@ -47,6 +47,12 @@ def add_card(rt: Runtime, approval_id: str, card: dict[str, str]) -> None:
     rt.approvals.add_card(approval_id, card)
 
 
+def card_shown(rt: Runtime, approval_id: str) -> None:
+    """Every card of a decided request shows its outcome: nothing is owed to it any more
+    (the sweeper redraws the cards of decisions nobody got to, worker/sweeper.py)."""
+    rt.approvals.card_shown(approval_id)
+
+
 def approvals_channel(rt: Runtime) -> str | None:
     """The policy's channel where every card is posted too, if any."""
     return rt.policy.approvals_channel
