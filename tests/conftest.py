@@ -24,10 +24,8 @@ os.environ.setdefault("HYPOTHESIS_PROFILE", "default")
 
 
 # Opt-in: run only when `-m` names them, never with the rest (`pytest`, `-m "not slow"`).
-# `llama_server` needs a real model server; `chaos` is the soak, which still finds an
-# invariant violation now and then (an expired approval whose card does not say so: a
-# worker killed between the decision and the card update), so it cannot gate a landing.
-OPT_IN_MARKERS = ("llama_server", "chaos")
+# `llama_server` needs a real model server (OPENAI_BASE_URL).
+OPT_IN_MARKERS = ("llama_server",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

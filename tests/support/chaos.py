@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -435,8 +436,10 @@ class Injector:
         try:
             getattr(self, fault.kind)(fault.seconds)
             self.report.injected[fault.kind] += 1
-        except Exception as exc:
-            self.report.fault_errors.append(f"{fault}: {exc!r}")
+        except Exception as exc:  # where it failed: redis-py's repr leaves out the message
+            ours = [f for f in traceback.extract_tb(exc.__traceback__) if "tests" in f.filename]
+            where = f" ({Path(ours[-1].filename).name}:{ours[-1].lineno})" if ours else ""
+            self.report.fault_errors.append(f"{fault}: {exc!r} {exc}{where}")
         finally:
             with self.active_lock:
                 self.active -= 1
@@ -824,8 +827,12 @@ class Soak:
         while time.monotonic() < deadline:
             runs = rt.store.created_since(0)
             unsettled = [r for r in runs if r.status.value in ("queued", "running")]
-            # pending approvals expire after the TTL and resume their runs: wait for those too
-            if not unsettled and rt.queue.count == 0 and not rt.approvals.pending():
+            # pending approvals expire after the TTL and resume their runs: wait for those too,
+            # and for the sweeper to redraw the cards of decisions whose decider was killed
+            # (a decided approval's run sits in the due set until a worker has resumed it)
+            owed = rt.approvals.owed_cards(older_than=0)
+            due = rt.redis.zcard(rt.store.keys.due)
+            if not (unsettled or rt.queue.count or rt.approvals.pending() or owed or due):
                 self.report.drained_in = time.monotonic() - started
                 return
             time.sleep(0.5)

@@ -64,6 +64,19 @@ def wait_for(check: Callable[[], T], timeout: float, what: str) -> T:
         time.sleep(0.05)
 
 
+def steady(call: Callable[[], T], timeout: float = 10.0) -> T:
+    """`call`, again while connecting to a node fails (the chaos soak once lost a failover
+    to one ConnectionError mid-way, cause not found); an error answer is not retried."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 @dataclass
 class Node:
     folder: Path
@@ -207,20 +220,25 @@ class SentinelGroup:
         would be lost), then unpaused: its blocked writers get READONLY, and redis-py's
         Sentinel client reconnects them to the new primary. Returns the seconds it took."""
         started = time.monotonic()
-        old, new = self.primary(), self.replica()
-        old.client().execute_command("CLIENT", "PAUSE", str(int(timeout * 1000)), "WRITE")
+        old, new = steady(self.primary), steady(self.replica)
+        steady(
+            lambda: old.client().execute_command(
+                "CLIENT", "PAUSE", str(int(timeout * 1000)), "WRITE"
+            )
+        )
         try:
             wait_for(self.replicated, timeout, "the replica to catch up")
-            self.watchers[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
+            steady(
+                lambda: self.watchers[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
+            )
             wait_for(lambda: self.primary_port() == new.port, timeout, "the Sentinels to promote")
             wait_for(
                 lambda: new.client().info("replication")["role"] == "master", timeout, "promotion"
             )
-            demoted = old.client()
-            demoted.execute_command("REPLICAOF", "127.0.0.1", str(new.port))
-            demoted.execute_command("CONFIG", "REWRITE")
+            steady(lambda: old.client().execute_command("REPLICAOF", "127.0.0.1", str(new.port)))
+            steady(lambda: old.client().execute_command("CONFIG", "REWRITE"))
         finally:
-            old.client().execute_command("CLIENT", "UNPAUSE")
+            steady(lambda: old.client().execute_command("CLIENT", "UNPAUSE"))
         wait_for(self.replicated, timeout, "the old primary to follow")
         return time.monotonic() - started
 
