@@ -12,9 +12,11 @@ the person. The surface shows it as it shows any run, in the thread.
 Which runs go on: the person's own (same team: a Slack user id is only unique in its
 workspace), that ended with an answer less than RESUME_SECONDS ago (a Connect prompt's flow
 lives FLOW_SECONDS, its finishing code PENDING_SECONDS), after a `connection_needed` for
-this provider, and that no later run continues yet (the person, or someone in the thread,
-went on without it: a continuation now would fork the conversation). The continuation is
-asked with the roles recorded for the parent, as a run that waited for an approval is.
+this provider, and that none of their later runs continues yet (they went on without it:
+a continuation now would fork their conversation). Only the person's own newest runs are
+read (they are read anyway), so this answers within the 3 seconds a Slack modal
+submission has; a reply by someone else in the thread does not stop it. The continuation
+is asked with the roles recorded for the parent, as a run that waited for an approval is.
 
 Exactly once: a marker per run, taken with SET NX before the continuation is submitted, so
 two confirms (a second connection, a retried submission, two processes at once) resume a
@@ -39,7 +41,6 @@ log = structlog.get_logger(__name__)
 RESUME_SECONDS = FLOW_SECONDS + PENDING_SECONDS  # a run ended longer ago than this stays ended
 RECENT_RUNS = 20  # the person's newest runs looked at
 MAX_RESUMED = 3  # continuations one confirm starts, at most
-LATER_RUNS = 5000  # runs created since the oldest candidate ended, read to find its children
 MARKER_SECONDS = 86_400  # longer than RESUME_SECONDS: a marker outlives the chance to resume
 GO_ON = "I have connected my {label} account — please go on."
 
@@ -47,13 +48,12 @@ GO_ON = "I have connected my {label} account — please go on."
 def resume_waiting(rt: Runtime, team: str, user: str, provider: str, label: str) -> list[Run]:
     """Continue `user`'s runs that ended waiting for their `provider` connection; the
     continuations started (newest first)."""
-    waiting = waiting_for(rt, team, user, provider, time.time())
-    if not waiting:
-        return []
-    since = min(run.ended_at or 0.0 for run in waiting)
-    continued = {r.parent_id for r in rt.store.created_since(since, limit=LATER_RUNS)}
+    theirs = [
+        r for r in rt.store.recent(user_id=user, limit=RECENT_RUNS) if r.requester.user_id == user
+    ]
+    continued = {run.parent_id for run in theirs}
     started: list[Run] = []
-    for run in waiting:
+    for run in waiting_for(rt, theirs, team, provider, time.time()):
         if len(started) >= MAX_RESUMED:
             break
         if run.id in continued:
@@ -79,14 +79,13 @@ def resume_waiting(rt: Runtime, team: str, user: str, provider: str, label: str)
     return started
 
 
-def waiting_for(rt: Runtime, team: str, user: str, provider: str, now: float) -> list[Run]:
-    """The person's runs that ended with an answer after finding them not connected to
-    `provider`, within RESUME_SECONDS (newest first)."""
+def waiting_for(rt: Runtime, theirs: list[Run], team: str, provider: str, now: float) -> list[Run]:
+    """Of the person's runs (`theirs`, newest first), those of `team` that ended with an
+    answer after finding them not connected to `provider`, within RESUME_SECONDS."""
     found = []
-    for run in rt.store.recent(user_id=user, limit=RECENT_RUNS):
+    for run in theirs:
         if (
             run.status == RunStatus.COMPLETED
-            and run.requester.user_id == user
             and run.requester.team_id == team
             and run.ended_at is not None
             and now - run.ended_at <= RESUME_SECONDS
