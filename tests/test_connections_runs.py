@@ -4,7 +4,9 @@ asking person's own token."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -20,6 +22,7 @@ from worker.run import Requester, RunStatus
 from worker.runtime import Runtime
 from worker.service import connections
 
+GO_ON = "I have connected my People account — please go on."  # what the continuation says
 BOB = Requester(user_id="UBOB", team_id=TEAM, channel_id="C0001", roles=["everyone"])
 
 
@@ -65,6 +68,7 @@ def test_alice_is_asked_to_connect_then_the_tool_acts_as_her_and_bobs_as_bob(
         "who am I at People",
         [Turn(tool_calls=[(people_tool, {})]), "Done."],
     )
+    model_server.route(GO_ON, [Turn(tool_calls=[(people_tool, {})]), "Done."])
     offers = Offers()
     rt = runtime(redis_conn, model_server.url, provider_server, offers)
     first = service.submit(rt, "who am I at People?", ALICE, origin={"surface": "test"})
@@ -77,8 +81,8 @@ def test_alice_is_asked_to_connect_then_the_tool_acts_as_her_and_bobs_as_bob(
     assert offers.offered == [("UALICE", "mcp:people", "People")]
     assert "connection_needed" in [e.kind for e in rt.events.read(first.id)]
 
-    connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
-    again = service.submit(rt, "who am I at People? (again)", ALICE, origin={"surface": "test"})
+    done = connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    [again] = done.resumed  # the run goes on by itself, now that she is connected
     work(rt)
     assert rt.store.load(again.id).status == RunStatus.COMPLETED
     assert tool_messages(model_server.last_chat_request)[-1] == "acting as alice"
@@ -91,3 +95,83 @@ def test_alice_is_asked_to_connect_then_the_tool_acts_as_her_and_bobs_as_bob(
     # nothing a run recorded holds a token
     recorded = repr([e.data for run in (first, again, bobs) for e in rt.events.read(run.id)])
     assert not [t for t in provider_server.people.issued if t in recorded]
+
+
+def test_once_alice_connects_the_run_that_waited_goes_on_by_itself_as_her_and_only_once(
+    redis_conn: redis.Redis,
+    model_server: FakeOpenAI,
+    provider_server: OAuthMcpServer,
+    people_tool: str,
+) -> None:
+    model_server.route(
+        "my People profile",
+        [Turn(tool_calls=[(people_tool, {})]), "Connect People first, then I can look."],
+    )
+    model_server.route(GO_ON, [Turn(tool_calls=[(people_tool, {})]), "You are alice at People."])
+    rt = runtime(redis_conn, model_server.url, provider_server, Offers())
+    first = service.submit(rt, "show my People profile", ALICE, origin={"surface": "test"})
+    work(rt)
+    assert rt.store.load(first.id).answer == "Connect People first, then I can look."
+
+    bobs = connections.confirm(rt, TEAM, "UBOB", connect(rt, "UBOB").code)
+    assert bobs.resumed == ()  # Bob connecting does not resume Alice's run
+    assert [r.id for r in rt.store.recent(limit=10)] == [first.id]
+
+    before = len(model_server.chat_requests)
+    done = connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    [going_on] = done.resumed
+    assert going_on.parent_id == first.id and going_on.requester == ALICE
+    assert going_on.origin == {"surface": "test"} and going_on.question == GO_ON
+    work(rt)  # nobody asked again: the continuation was queued by the confirm
+    finished = rt.store.load(going_on.id)
+    assert finished.status == RunStatus.COMPLETED and finished.answer == "You are alice at People."
+    resumed_request = model_server.chat_requests[before]
+    assert resumed_request["messages"][-1] == {"role": "user", "content": GO_ON}
+    assert "has not connected their People account" in tool_messages(resumed_request)[0]
+    assert tool_messages(model_server.last_chat_request)[-1] == "acting as alice"
+
+    again = connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    assert again.resumed == ()  # a second connection does not resume the same run again
+    work(rt)
+    assert {r.id for r in rt.store.recent(limit=10)} == {first.id, going_on.id}
+
+
+def test_confirms_at_the_same_moment_resume_the_run_that_waited_once(
+    redis_conn: redis.Redis,
+    model_server: FakeOpenAI,
+    provider_server: OAuthMcpServer,
+    people_tool: str,
+) -> None:
+    model_server.route("People title", [Turn(tool_calls=[(people_tool, {})]), "Connect first."])
+    rt = runtime(redis_conn, model_server.url, provider_server, Offers())
+    first = service.submit(rt, "my People title?", ALICE, origin={"surface": "test"})
+    work(rt)
+    codes = [connect(rt, "UALICE").code for _ in range(4)]  # four flows she finished
+    start = threading.Barrier(len(codes))
+
+    def confirm(code: str) -> tuple[str, ...]:
+        start.wait(10)
+        return tuple(r.id for r in connections.confirm(rt, TEAM, "UALICE", code).resumed)
+
+    with ThreadPoolExecutor(len(codes)) as pool:
+        resumed = [run for found in pool.map(confirm, codes) for run in found]
+    assert len(resumed) == 1
+    assert [r.parent_id for r in rt.store.recent(limit=10) if r.id != first.id] == [first.id]
+
+
+def test_a_run_the_person_already_went_on_from_is_not_resumed(
+    redis_conn: redis.Redis,
+    model_server: FakeOpenAI,
+    provider_server: OAuthMcpServer,
+    people_tool: str,
+) -> None:
+    model_server.route("People team", [Turn(tool_calls=[(people_tool, {})]), "Connect first."])
+    model_server.route("never mind", ["All right."])
+    rt = runtime(redis_conn, model_server.url, provider_server, Offers())
+    first = service.submit(rt, "my People team?", ALICE, origin={"surface": "test"})
+    work(rt)
+    reply = service.submit(rt, "never mind", ALICE, origin={"surface": "test"}, parent=first)
+    work(rt)
+    assert rt.store.load(reply.id).answer == "All right."
+    # going on from `first` now would fork the conversation she continued
+    assert connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code).resumed == ()

@@ -133,6 +133,10 @@ class Keys(ApprovalKeys):
         """Counter with a TTL: finishing codes a person entered."""
         return f"{self.ns}oauth:attempts:{team}:{user}"
 
+    def resumed(self, run_id: str) -> str:
+        """String with a TTL: the run that waited for a connection was resumed (SET NX)."""
+        return f"{self.ns}run:{run_id}:resumed"
+
     def oauth_client(self, provider: str) -> str:
         """String: the client an MCP server's authorization server registered us as."""
         return f"{self.ns}oauth:client:{provider}"

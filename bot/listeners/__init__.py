@@ -27,7 +27,7 @@ The package, by what Slack sends:
 - `grants`: "Approve and allow…" (standing grants), its modal, and Revoke in App Home
 - `demos`: saving a run as a demonstration, from the run modal
 - `commands`: the slash command
-- `connections`: finishing a per-user connection (the code modal)
+- `connections`: per-user connections: the code modal, App Home's Connect and Disconnect
 - `lifecycle`: the installation going away, and the catch-alls
 """
 
@@ -67,7 +67,7 @@ from bot.render.blocks import (
     SHOW_ARGS,
     VIEW_RUN,
 )
-from bot.render.connections import CODE_MODAL, ENTER_CODE
+from bot.render.connections import CODE_MODAL, CONNECT_START, DISCONNECT, ENTER_CODE
 from bot.render.grants import GRANT, GRANT_MODAL, REVOKE_GRANT
 from bot.transport import ids
 from bot.transport.payloads import envelope_team
@@ -108,6 +108,8 @@ def register(app: App, sb: Bot) -> None:
     app.command(COMMAND)(on_command)
     app.action(ENTER_CODE)(connections.on_enter_code)
     app.view(CODE_MODAL)(connections.on_code_submitted)
+    app.action(CONNECT_START)(connections.on_connect)
+    app.action(DISCONNECT)(connections.on_disconnect)
     app.event("app_uninstalled")(lifecycle.on_installation_gone)
     app.event("tokens_revoked")(lifecycle.on_installation_gone)
     app.event("user_change")(lifecycle.on_user_change)

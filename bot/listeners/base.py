@@ -210,5 +210,5 @@ def after_decision(
 
 def publish_home(sb: Bot, client: WebClient, user_id: str, team: str, page: int = 0) -> None:
     roles = sb.identity.roles(user_id, team)
-    view = build_home(sb.rt, user_id, roles, page=page)
+    view = build_home(sb.rt, user_id, roles, team=team, page=page)
     client.views_publish(user_id=user_id, view=view)

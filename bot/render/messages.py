@@ -438,8 +438,8 @@ REVOKE_NOT_FOUND = "No such grant (it ended a while ago)."
 
 CONNECT_NEEDED = (
     ":link: *{label}* acts as you, and you have not connected your {label} account yet. "
-    "Connect it, then enter the code the page shows you here (only you can finish it), and "
-    "ask again."
+    "Connect it, then enter the code the page shows you here (only you can finish it): I "
+    "then go on with what you asked, here."
 )
 CONNECT_BUTTON = "Connect {label}"
 CARD_ACTS_AS = (
@@ -451,4 +451,22 @@ CONNECT_MODAL_TITLE = "Finish connecting"
 CONNECT_MODAL_LABEL = "The code the connection page showed you"
 CONNECT_MODAL_SUBMIT = "Connect"
 CONNECT_DONE = ":white_check_mark: Your {label} account is connected: tools act as you there."
+CONNECT_GOING_ON = "I am going on with what you asked, in its thread."
+CONNECT_PREPARING = "Preparing your link to {label}…"
+CONNECT_STEPS = (
+    "1. Open {label} and sign in (the link works once, for {minutes} minutes).\n"
+    "2. Enter the code the page then shows you below."
+)
+HOME_CONNECTIONS = "Your connections"
+HOME_CONNECTIONS_INTRO = "Tools that act as you use these accounts, never anyone else's."
+HOME_NOT_CONNECTED = "*{label}* · not connected"
+HOME_CONNECTED = "*{label}* · connected since {since}"
+HOME_CONNECTED_SCOPE = " · scope {scope}"
+DISCONNECT = "Disconnect"
+DISCONNECT_CONFIRM_TITLE = "Disconnect?"
+DISCONNECT_CONFIRM = (
+    "Tools stop acting as you at {label} until you connect again; the account is "
+    "disconnected at {label} too where it allows it."
+)
+DISCONNECT_KEEP = "Keep it"
 CONNECT_UNAVAILABLE = "Connecting {label} is not possible now: {why}"

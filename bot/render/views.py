@@ -298,9 +298,11 @@ def home_view(
     spend: tuple[float, int, int] | None = None,
     page: int = 0,
     allowed: list[dict[str, Any]] | None = None,
+    connections: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """`page`: which HOME_APPROVALS of `waiting` to show (every one can be reached).
-    `allowed`: the "Allowed for you" section (bot/render/grants.py), after the waiting."""
+    `allowed`: the "Allowed for you" section (bot/render/grants.py), after the waiting;
+    `connections`: "Your connections" (bot/render/connections.py), after it."""
     blocks: list[dict[str, Any]] = [header(m.HOME_TITLE), context(m.HOME_INTRO)]
     blocks += [divider(), section(f"*{m.HOME_WAITING}*")]
     page = home_page(page, len(waiting))
@@ -321,6 +323,7 @@ def home_view(
             nav.append(button(m.HOME_NEXT, f"{HOME_PAGE}_next", str(page + 1)))
         blocks.append(actions(*nav, block_id="sb_home_pages"))
     blocks += allowed or []
+    blocks += connections or []
     blocks += [divider(), section(f"*{m.HOME_MINE}*")]
     blocks += [run_line(r) for r in mine[:HOME_RUNS]] or [context(m.HOME_NONE)]
     if admin:

@@ -8,6 +8,7 @@ this person X" once.
 - `runs`: find, inspect, list, cancel, spend, a workspace's runs ending with it.
 - `approvals`: one request, those waiting for a person, batch cards, what a card says.
 - `library`: save a run as a candidate demonstration.
+- `resuming`: a run that waited for a person's connection goes on once they connect.
 - `health`: what waits (queue, runs in flight, approvals) and the worker fleet, for status.
 - `access`: `Access`, every permission check.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from tools.execute import valid_unicode
@@ -31,9 +33,14 @@ def submit(
     origin: dict[str, str] | None = None,
     parent: Run | None = None,
     profile: str | None = None,
+    whole_transcript: bool = False,
 ) -> Run:
     """Create a run and queue it. `parent` continues that run's conversation (a thread reply).
-    The run gets the profile of the requester's channel, or the one named by `profile`."""
+    The run gets the profile of the requester's channel, or the one named by `profile`.
+    `whole_transcript`: carry the parent's transcript as it is, its tool calls and results
+    too (the requester's own run going on: worker/service/resuming.py)."""
+    if whole_transcript and (parent is None or parent.requester.user_id != requester.user_id):
+        raise ValueError("only the requester's own run can be continued with its transcript")
     text = valid_unicode(question).strip()
     if not text:
         raise QuestionRejected("The question is empty.")
@@ -46,7 +53,11 @@ def submit(
     except LimitExceeded as exc:
         log.info("question_limited", user=requester.user_id, why=str(exc))
         raise QuestionRejected(str(exc)) from exc
-    history = conversation(rt, parent, requester.user_id) if parent is not None else []
+    history: list[dict[str, Any]] = []
+    if parent is not None and whole_transcript:
+        history = [dict(message) for message in parent.messages]
+    elif parent is not None:
+        history = [*conversation(rt, parent, requester.user_id)]
     agent = (
         profiles.named(rt.policy, profile)
         if profile is not None

@@ -14,7 +14,8 @@ The flow, and how it knows who finishes it (the "user verifier"):
    person who started.
 3. `confirm`: the person enters the finishing code in Slack (Slack signs who they are). Only
    the person who started the flow may finish it: anyone else's code is refused and the held
-   tokens dropped. Then the grant is stored and the person's waiting runs may go on.
+   tokens dropped. Then the grant is stored and the person's runs that waited for it go on
+   (worker/service/resuming.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from worker.connections import oauth
 from worker.connections.oauth import ProviderDown, ProviderRefused
 from worker.connections.store import FLOW_SECONDS, PENDING_SECONDS, Flow, Pending
 from worker.connections.tokens import Connections, UnknownProvider
+from worker.run import Run
 from worker.runtime import Runtime
+from worker.service import resuming
 
 CALLBACK_PATH = "/oauth/callback"
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
@@ -66,6 +69,7 @@ class Connected:
     user: str
     provider: str
     label: str
+    resumed: tuple[Run, ...] = ()  # the person's runs that waited for it, going on now
 
 
 def _connections(rt: Runtime) -> Connections:
@@ -185,7 +189,9 @@ def confirm(rt: Runtime, team: str, user: str, finishing_code: str) -> Connected
             "Nothing was connected; start your own from the Connect button."
         )
     connections.store.put(team, user, pending.grant)
-    return Connected(team, user, pending.provider, connections.label(pending.provider))
+    label = connections.label(pending.provider)
+    resumed = resuming.resume_waiting(rt, team, user, pending.provider, label)
+    return Connected(team, user, pending.provider, label, tuple(resumed))
 
 
 def listing(rt: Runtime, team: str, user: str) -> list[Connection]:
