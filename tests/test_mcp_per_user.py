@@ -215,3 +215,26 @@ def test_a_per_user_server_without_connections_stops_the_start_naming_it(
     message = str(raised.value)
     assert message.startswith(f"{path} line 4: servers.docs.auth is per_user")
     assert "SWITCHBOARD_CONNECTION_KEYS" in message and "git" not in message
+
+
+def test_switchboard_tools_says_who_a_per_user_tool_acts_as_and_check_names_missing_keys(
+    cli_env: None,
+    people_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from switchboard.cli import main
+
+    monkeypatch.setenv("SWITCHBOARD_MCP", str(people_file))
+    monkeypatch.setenv("SWITCHBOARD_CONNECTION_KEYS", Fernet.generate_key().decode())
+    try:
+        assert main(["tools"]) == 0
+        rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+        assert "acts as the person asking (mcp:people)" in rows["people_whoami"]
+        assert "acts as the person asking (mcp:people)" in rows["people_note"]
+    finally:
+        tools.mcp.unload(tools.mcp.load(people_file))
+    monkeypatch.delenv("SWITCHBOARD_CONNECTION_KEYS")
+    assert main(["tools", "check"]) == 1
+    out = capsys.readouterr().out
+    assert f"{people_file} line 2: servers.people.auth is per_user" in out
