@@ -238,3 +238,35 @@ def test_switchboard_tools_says_who_a_per_user_tool_acts_as_and_check_names_miss
     assert main(["tools", "check"]) == 1
     out = capsys.readouterr().out
     assert f"{people_file} line 2: servers.people.auth is per_user" in out
+
+
+def test_a_per_user_server_that_went_down_fails_the_call_as_not_run(
+    build: Build, tmp_path: Path, model_server: FakeOpenAI
+) -> None:
+    server = OAuthMcpServer()  # its own, to stop: the module's serves the other tests
+    try:
+        listing = server.people.mint("operator")
+        path = write_config(
+            tmp_path / "mcp.yaml",
+            {
+                "people": {
+                    "url": server.url,
+                    "auth": "per_user",
+                    "label": "People",
+                    "headers": {"Authorization": f"Bearer {listing}"},
+                    "timeout": 5,
+                }
+            },
+        )
+        rt = build(path)
+        connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    finally:
+        server.stop()
+    model_server.route(
+        "who am I while it is down", [Turn(tool_calls=[("people_whoami", {})]), "It is down."]
+    )
+    run = ask(rt, "who am I while it is down")
+    told = tool_messages(model_server.last_chat_request)[-1]
+    assert told.startswith("Error: people_whoami was not run: MCP server 'people' is unavailable")
+    assert rt.store.load(run).status == RunStatus.COMPLETED
+    assert [c.provider for c in connections.listing(rt, TEAM, "UALICE")] == ["mcp:people"]
