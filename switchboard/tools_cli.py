@@ -57,6 +57,7 @@ DISABLED = "disabled: no rule in {source}"
 NOBODY = "nobody"
 NO_APPROVAL = "-"
 HIGH_RISK = "high risk"
+ACTS_AS = "acts as the person asking ({connection})"
 LIMITS = "limits {names}"
 HEADER = ("TOOL", "EFFECT", "FROM", "RULE", "MAY CALL", "APPROVERS", "NOTES")
 NO_TOOLS = "no tools are registered (check SWITCHBOARD_TOOLS and SWITCHBOARD_MCP)"
@@ -289,6 +290,8 @@ def tool_entry(policy: Policy, name: str, changed: dict[str, str] | None = None)
         **rule.to_json(),  # NO_RULE when disabled: nobody may call it
         # only for a tool whose MCP server's listing changed: its server's key
         **({"listing_changed": changed[name]} if changed and name in changed else {}),
+        # only for a per-user tool: the provider whose connection it calls with
+        **({"connection": tool.connection} if tool.connection else {}),
     }
 
 
@@ -306,6 +309,8 @@ def text_row(policy: Policy, entry: dict[str, Any]) -> tuple[str, ...]:
         notes.append(HIGH_RISK)
     if entry["constraints"]:
         notes.append(LIMITS.format(names=", ".join(entry["constraints"])))
+    if entry.get("connection"):
+        notes.append(ACTS_AS.format(connection=entry["connection"]))
     allow = ", ".join(entry["allow"]) or NOBODY
     return (name, effect, origin, rule, allow, approvers, "; ".join(notes))
 

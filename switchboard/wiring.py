@@ -11,11 +11,12 @@ import redis
 
 from switchboard.redisconn import connect
 from switchboard.settings import Config
-from tools.exceptions import OperatorError, PolicyError
+from tools.exceptions import McpConfigError, OperatorError, PolicyError
 from tools.policy import Policy
 from tools.registry import load_modules, registry
 from worker import policy_watch
 from worker.budgets import PriceTable
+from worker.connections.oauth import Provider
 from worker.connections.providers import ProvidersError, read_providers
 from worker.connections.store import ConnectionStore, KeysMissing
 from worker.connections.tokens import Connections
@@ -31,6 +32,7 @@ from worker.surface import Surface
 
 if TYPE_CHECKING:
     from tools.mcp import McpServers
+    from tools.mcp.config import ServerConfig
     from tools.mcp.pins import Pins
 
 
@@ -59,7 +61,50 @@ def load_mcp(config: Config, connection: redis.Redis | None = None) -> McpServer
         return None
     import tools.mcp  # the SDK is imported only by processes that connect to servers
 
+    if not config.connection_keys.strip():  # before connecting to anything
+        refuse_per_user(per_user_servers(config))
     return tools.mcp.load(config.mcp, registry, mcp_pins(connection))
+
+
+def per_user_servers(config: Config) -> list[ServerConfig]:
+    """The MCP servers whose tools act as the person asking (`auth: per_user`)."""
+    if not config.mcp:
+        return []
+    from tools.mcp.servers import read_file
+
+    return [server for server in read_file(config.mcp) if server.per_user]
+
+
+def refuse_per_user(servers: list[ServerConfig]) -> None:
+    """Per-user MCP servers need per-user connections: without them, start-up stops here,
+    naming each server (their tools would otherwise have no one's token to call with)."""
+    if servers:
+        raise McpConfigError(
+            "\n".join(
+                f"{server.source} line {server.line}: servers.{server.key}.auth is per_user, "
+                "so each call needs the asking person's own connection, but connections are "
+                "not set up: set SWITCHBOARD_CONNECTION_KEYS (and SWITCHBOARD_PUBLIC_URL, "
+                "for the OAuth callback), or remove `auth: per_user`"
+                for server in servers
+            )
+        )
+
+
+def mcp_provider(server: ServerConfig) -> Provider:
+    """The provider of a per-user MCP server's connections: the server's own OAuth, its
+    endpoints and client discovered from its URL (RFC 9728, RFC 8414, RFC 7591) when a
+    person first connects, its tokens asked for that server alone (RFC 8707 `resource`)."""
+    assert server.url is not None
+    return Provider(
+        name=server.connection,
+        label=server.connection_label,
+        authorize_url="",
+        token_url="",
+        client_id="",
+        scopes=server.scopes,
+        resource=server.url,
+        discover_from=server.url,
+    )
 
 
 def mcp_pins(connection: redis.Redis | None) -> Pins | None:
@@ -191,8 +236,12 @@ def build_runtime(
 
 def connections_of(config: Config, conn: redis.Redis, namespace: str) -> Connections | None:
     """Per-user connections, when SWITCHBOARD_CONNECTION_KEYS is set (a bad key or
-    providers file stops the start with what to fix)."""
+    providers file stops the start with what to fix): the providers file's, and one
+    `mcp:<key>` for each per-user MCP server. A per-user MCP server without the keys stops
+    the start too."""
+    servers = per_user_servers(config)
     if not config.connection_keys.strip():
+        refuse_per_user(servers)
         return None
     try:
         store = ConnectionStore(conn, namespace, config.connection_keys.split(","))
@@ -202,7 +251,10 @@ def connections_of(config: Config, conn: redis.Redis, namespace: str) -> Connect
     if config.oauth_providers:
         path = Path(config.oauth_providers)
         providers = read_providers(path.read_text(encoding="utf-8"), str(path), os.environ)
-    return Connections(store, providers, config.public_url)
+    connections = Connections(store, providers, config.public_url)
+    for server in servers:
+        connections.add(mcp_provider(server))
+    return connections
 
 
 def model_of(config: Config) -> ModelClient | None:

@@ -254,7 +254,7 @@ def redis_dump(conn: redis.Redis) -> bytes:
             out.extend(conn.zrange(key, 0, -1))
         elif kind == b"stream":
             out.extend(repr(conn.xrange(key)).encode())
-    return b"\n".join(out)
+    return b"\n".join(v if isinstance(v, bytes) else str(v).encode() for v in out)
 
 
 @settings(

@@ -94,12 +94,80 @@ def test_the_documented_example_reads_as_written() -> None:
         ),
         ("servers:\n  a: [command]\n", "servers.a must be a mapping"),
         ("servers: [\n", "mcp.yaml line 2: invalid YAML"),
+        (
+            "servers:\n  a:\n    url: http://h/mcp\n    auth: perUser\n",
+            "line 4: servers.a.auth must be per_user (each call acts as the person asking) or "
+            "service (the default",
+        ),
+        (
+            "servers:\n  a:\n    command: x\n    auth: per_user\n",
+            "line 4: servers.a.auth: per_user only applies to `url:` servers",
+        ),
+        (
+            "servers:\n  a:\n    url: http://h/mcp\n    label: Docs\n",
+            "line 4: servers.a.label only applies to a server with `auth: per_user`",
+        ),
+        (
+            "servers:\n  a:\n    url: http://h/mcp\n    auth: service\n    scopes: [read]\n",
+            "line 5: servers.a.scopes only applies to a server with `auth: per_user`",
+        ),
+        (
+            "servers:\n  a: {url: 'http://h/mcp', auth: per_user, scopes: ['a b']}\n",
+            "line 2: servers.a.scopes[0]: 'a b' is not an OAuth scope",
+        ),
+        (
+            "servers:\n  a: {url: 'http://h/mcp', auth: per_user, scopes: read}\n",
+            "servers.a.scopes must be a list",
+        ),
+        (
+            "servers:\n  a: {url: 'http://h/mcp', auth: per_user, label: ''}\n",
+            "servers.a.label must be 1-40 printable characters",
+        ),
+        ("servers:\n  a: {url: 'http://h/mcp', auth: [per_user]}\n", "servers.a.auth must be text"),
     ],
 )
 def test_every_mistake_names_its_line_and_the_fix(text: str, expected: str) -> None:
     with pytest.raises(McpConfigError) as caught:
         read_config(text, "mcp.yaml", {})
     assert expected in str(caught.value)
+
+
+def test_a_per_user_server_reads_with_its_connection_and_listing_headers() -> None:
+    text = """\
+servers:
+  docs:
+    url: https://mcp.example.com/mcp
+    auth: per_user            # every call carries the asking person's own token
+    label: Docs
+    scopes: [read, "docs:write", read]
+    headers: {Authorization: "Bearer ${DOCS_LIST_TOKEN}"}   # used only to list the tools
+  open:
+    url: https://open.example.com/mcp
+    auth: per_user
+  plain:
+    url: https://plain.example.com/mcp
+    auth: service
+"""
+    docs, open_, plain = read_config(text, "mcp.yaml", {"DOCS_LIST_TOKEN": "list-only"})
+    assert (docs.per_user, docs.connection, docs.connection_label) == (True, "mcp:docs", "Docs")
+    assert docs.scopes == ("read", "docs:write") and docs.headers == {
+        "Authorization": "Bearer list-only"
+    }
+    assert (open_.connection, open_.connection_label, open_.scopes) == ("mcp:open", "open", ())
+    assert not open_.headers  # it lists openly
+    assert (plain.per_user, plain.connection) == (False, "")
+    (stdio,) = read_config("servers:\n  s: {command: x}\n", "mcp.yaml", {})
+    assert (stdio.auth, stdio.connection) == ("service", "")
+
+
+def test_a_bad_auth_is_reported_once_not_again_for_its_label_and_scopes() -> None:
+    text = "servers:\n  a:\n    url: http://h/mcp\n    auth: oauth\n    label: D\n    scopes: [r]\n"
+    with pytest.raises(McpConfigError) as caught:
+        read_config(text, "mcp.yaml", {})
+    assert str(caught.value).splitlines() == [
+        "mcp.yaml line 4: servers.a.auth must be per_user (each call acts as the person asking) "
+        "or service (the default: the server's own credentials), got 'oauth'"
+    ]
 
 
 def test_every_problem_in_a_file_is_reported_at_once() -> None:
@@ -176,14 +244,18 @@ values = st.recursive(
     max_leaves=12,
 )
 server_keys = st.sampled_from(
-    ["command", "args", "env", "cwd", "url", "headers", "prefix", "tools", "effects", "timeout"]
+    [
+        *("command", "args", "env", "cwd", "url", "headers", "prefix", "tools", "effects"),
+        *("timeout", "auth", "label", "scopes"),
+    ]
 )
+entry_values = st.one_of(values, st.sampled_from(["per_user", "service", "http://h/mcp"]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     servers=st.dictionaries(
-        st.text(max_size=12), st.dictionaries(server_keys, values, max_size=5), max_size=3
+        st.text(max_size=12), st.dictionaries(server_keys, entry_values, max_size=5), max_size=3
     )
 )
 def test_any_servers_document_loads_or_fails_with_one_config_error(servers: dict) -> None:
@@ -197,6 +269,39 @@ def test_any_servers_document_loads_or_fails_with_one_config_error(servers: dict
         assert (config.command is None) != (config.url is None)
         assert NAME_PATTERN.match(config.key)
         assert config.timeout > 0 and config.connect_timeout > 0
+        assert config.auth in ("service", "per_user")
+        if config.per_user:  # only a `url:` server acts per user; its provider is its own
+            assert config.url is not None and config.connection == f"mcp:{config.key}"
+        else:  # label and scopes only come with per_user
+            assert (config.connection, config.label, config.scopes) == ("", "", ())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    auth=st.one_of(st.none(), st.sampled_from(["per_user", "service"]), values),
+    extra=st.dictionaries(
+        st.sampled_from(["label", "scopes", "headers", "command"]),
+        st.one_of(values, st.lists(st.text(max_size=12), max_size=4)),
+        max_size=3,
+    ),
+)
+def test_any_auth_label_and_scopes_load_as_a_per_user_server_or_fail_naming_the_line(
+    auth: object, extra: dict
+) -> None:
+    entry = {"url": "http://h/mcp", **extra, **({} if auth is None else {"auth": auth})}
+    try:
+        (config,) = read_config(yaml.safe_dump({"servers": {"s": entry}}), "mcp.yaml", {})
+    except McpConfigError as error:
+        assert all(line.startswith("mcp.yaml line ") for line in str(error).splitlines())
+        return
+    assert "command" not in extra and config.auth == (auth or "service")
+    assert config.per_user == (auth == "per_user")
+    if config.per_user:
+        assert config.connection == "mcp:s"
+        assert config.connection_label == (extra.get("label") or "s").strip()
+        assert set(config.scopes) == set(extra.get("scopes") or ())
+    else:
+        assert "label" not in extra and "scopes" not in extra
 
 
 @settings(max_examples=300, deadline=None)

@@ -24,7 +24,8 @@ class ToolContext:
     SWITCHBOARD_KNOWLEDGE and SWITCHBOARD_TICKETS_DB): a tool reads its configuration here,
     not from the environment.
     `credentials` is for per-user tools (declared with `connection=`): `access_token()`
-    returns the asking person's own token, refreshed when needed.
+    returns the asking person's own token, refreshed when needed; `access_token_refused()`
+    is what a tool says when the service refused that token (`refused` does it).
     """
 
     user_id: str
@@ -39,6 +40,7 @@ class ToolContext:
     # The requester's own token for the tool's connection, asked for when the tool calls
     # `access_token()` (set by the controller for per-user tools only).
     credentials: Callable[[], str] | None = field(default=None, hash=False, repr=False)
+    refused: Callable[[str, bool], str] | None = field(default=None, hash=False, repr=False)
 
     def access_token(self) -> str:
         """The OAuth access token of the person asking, for this tool's connection: never
@@ -50,6 +52,16 @@ class ToolContext:
                 "token to act with"
             )
         return self.credentials()
+
+    def access_token_refused(self, token: str, *, refresh: bool = True) -> str:
+        """The service refused `token` (HTTP 401) though it had not expired as far as we
+        knew: it is no longer good. With `refresh`, the connection is refreshed and the new
+        token returned; without (the refreshed one was refused too), or when the provider
+        refuses the refresh, the connection is dropped and NotConnected raised, so the
+        person is asked to connect again."""
+        if self.refused is None:
+            raise ToolError("Error: the service refused this tool's credentials")
+        return self.refused(token, refresh)
 
     def time_left(self, timeout: float) -> float:
         """Seconds this call may take: the tool's `timeout`, cut to the run's deadline, but

@@ -33,9 +33,9 @@ def context_for(
     per-user tool's credentials are the requester's own connection: a write approved by
     someone else still acts as the person who asked."""
     left = run.budgets.deadline_seconds - run.usage.active_seconds
-    credentials = None
+    credentials = refused = None
     if tool is not None and tool.connection:
-        credentials = _requester_token(rt, run, tool.connection)
+        credentials, refused = _requester_token(rt, run, tool.connection)
     return ToolContext(
         user_id=run.requester.user_id,
         team_id=run.requester.team_id,
@@ -47,10 +47,13 @@ def context_for(
         deadline=time.monotonic() + left,
         settings=rt.settings.tool_settings,
         credentials=credentials,
+        refused=refused,
     )
 
 
-def _requester_token(rt: Runtime, run: Run, provider: str) -> Callable[[], str]:
+def _requester_token(
+    rt: Runtime, run: Run, provider: str
+) -> tuple[Callable[[], str], Callable[[str, bool], str]]:
     team, user = run.requester.team_id, run.requester.user_id
 
     def token() -> str:
@@ -58,7 +61,12 @@ def _requester_token(rt: Runtime, run: Run, provider: str) -> Callable[[], str]:
             raise NotConnected(provider, provider, "connections are not set up here")
         return rt.connections.token_for(team, user, provider)
 
-    return token
+    def refused(token: str, refresh: bool) -> str:
+        if rt.connections is None:
+            raise NotConnected(provider, provider, "connections are not set up here")
+        return rt.connections.refused(team, user, provider, token, refresh=refresh)
+
+    return token, refused
 
 
 def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation) -> None:

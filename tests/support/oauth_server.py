@@ -8,7 +8,9 @@ keeps clients, codes and tokens in memory. Its "login page" (`/login`) stands in
 provider's own sign-in: whoever opens it with `?user=alice` has signed in as alice.
 
 The MCP server's tool `whoami` answers with the subject of the bearer token it was called
-with: the test sees on whose behalf a call acted.
+with, and records it in `People.acted`: the test sees on whose behalf each call acted (the
+server's own record, not what the client says). `People.mint` issues a token with no
+sign-in, e.g. the operator's token a per-user server's tools are listed with.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class People:
     issued: list[str] = field(default_factory=list)  # every token handed out, to grep for
     refreshes: int = 0
     revocations: int = 0
+    acted: list[str] = field(default_factory=list)  # the subject of every tool call, in order
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -159,6 +162,10 @@ class People:
         self.access.pop(self.pairs.pop(refresh, ""), None)
 
     # -- what tests do to the provider ------------------------------------------------------
+    def mint(self, subject: str) -> str:
+        """An access token for `subject` with no sign-in (an operator's, say)."""
+        return self._issue("operator-client", [], subject).access_token
+
     def expire_access(self) -> None:
         """Every access token expires now (refresh tokens stay good)."""
         for token in self.access.values():
@@ -199,7 +206,17 @@ class OAuthMcpServer:
         def whoami() -> str:
             """Who the bearer token acts for."""
             token = get_access_token()
-            return f"acting as {token.subject if token else 'nobody'}"
+            subject = token.subject if token and token.subject else "nobody"
+            self.people.acted.append(subject)
+            return f"acting as {subject}"
+
+        @server.tool()
+        def note(text: str) -> str:
+            """Keep a note, as whoever the bearer token acts for (a write: no annotations)."""
+            token = get_access_token()
+            subject = token.subject if token and token.subject else "nobody"
+            self.people.acted.append(subject)
+            return f"noted {text!r} as {subject}"
 
         @server.custom_route("/login", methods=["GET"])
         async def login(request: Request) -> Response:

@@ -3,6 +3,7 @@
 config.py    the servers file: stdio commands or streamable HTTP URLs, prefixes, effects
 loop.py      one asyncio loop per process, in a daemon thread, owning the sessions
 session.py   one server's session: kept open, reopened with backoff, calls with timeouts
+             (a per-user server: one session per call, with the asking person's token)
 bridge.py    a listed tool as a `Tool`: name, effect from annotations, schema, handler
 results.py   a tool result (text, images, resources, structured, isError) as text
 servers.py   connecting at start-up and registering the tools, or refusing to start

@@ -11,11 +11,18 @@ Everything else a server supplies is bounded before the model sees it: its descr
 title) and every description in its input schema are cut at MAX_TEXT characters (said once
 in the log), and an input schema that cannot be checked safely (tools/schema_check.py) or
 is larger than MAX_SCHEMA_CHARS is refused at start-up, naming the server and the tool.
+
+A tool of a per-user server (`auth: per_user`) is registered with `connection="mcp:<key>"`,
+as a Python per-user tool is, so its approvals, grants and contract digest say whom it acts
+as; each call carries the asking person's token (`ctx.access_token()`: NotConnected when
+they have none). A 401 from the server refreshes the connection and tries once more (the
+server ran nothing); a second one drops it, and the person is asked to connect again.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +30,10 @@ import structlog
 from mcp import types
 
 from tools.context import ToolContext
-from tools.exceptions import ToolDefinitionError, ToolError
+from tools.exceptions import NotConnected, ToolDefinitionError, ToolError
 from tools.mcp.config import Effect, ServerConfig
 from tools.mcp.results import result_text
-from tools.mcp.session import Connection
+from tools.mcp.session import Connection, Unauthorized
 from tools.registry import NAME_PATTERN, Handler, Tool
 from tools.schema import usable_defaults, walk, with_defaults, without_titles
 from tools.schema_check import schema_problem
@@ -126,6 +133,7 @@ def make_tool(
         normalizer=lambda args: with_defaults(args, defaults),
         source=f"MCP server {config.key}",
         high_risk=high_risk,
+        connection=config.connection,
         annotations=(
             listed.annotations.model_dump(by_alias=True, exclude_none=True)
             if listed.annotations is not None
@@ -170,15 +178,35 @@ def make_handler(
         if refused:
             raise ToolError(f"Error: {tool_name} was not run: {refused}")
         meta = {IDEMPOTENCY_META: ctx.idempotency_key} if ctx.idempotency_key else None
-        result = connection.call(
-            server_name,
-            args,
-            tool_name=tool_name,
-            timeout=ctx.time_left(timeout),
-            meta=meta,
-            repeatable=effect == "read",
-        )
-        return result_text(result, tool_name)
+        if not connection.config.per_user:
+            result = connection.call(
+                server_name,
+                args,
+                tool_name=tool_name,
+                timeout=ctx.time_left(timeout),
+                meta=meta,
+                repeatable=effect == "read",
+            )
+            return result_text(result, tool_name)
+        deadline = time.monotonic() + ctx.time_left(timeout)
+        token = ctx.access_token()  # NotConnected: the person is offered Connect
+        for refresh in (True, False):
+            try:
+                result = connection.call(
+                    server_name,
+                    args,
+                    tool_name=tool_name,
+                    timeout=max(deadline - time.monotonic(), 0.0),
+                    meta=meta,
+                    repeatable=effect == "read",
+                    bearer=token,
+                )
+                return result_text(result, tool_name)
+            except Unauthorized:  # nothing ran; refreshed once, then dropped (NotConnected)
+                token = ctx.access_token_refused(token, refresh=refresh)
+        # refused twice, and another call had replaced the connection meanwhile
+        config = connection.config
+        raise NotConnected(config.connection, config.connection_label, "the server refused it")
 
     call.__name__ = f"{tool_name}_handler"
     return call

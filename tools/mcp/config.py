@@ -12,6 +12,19 @@
         tools: [search, fetch]              # only these (the server's own names)
         effects: {search: read}             # instead of what the annotations say
         timeout: 30                         # seconds per call
+      tracker:
+        url: https://mcp.tracker.example/mcp
+        auth: per_user                      # each call carries the asking person's own token
+        label: Tracker                      # the connection's name for people (default: key)
+        scopes: [read, write]               # asked for when a person connects
+        headers: {Authorization: "Bearer ${TRACKER_LIST_TOKEN}"}  # for listing only
+
+`auth: per_user` (HTTP servers only) makes the server's own OAuth (discovered from `url:`)
+the provider `mcp:<key>` of per-user connections: every tool of the server acts as the
+person who asked, with their token, and one who has not connected is offered Connect.
+`headers:` of such a server are used only to list its tools at start-up (leave them out
+for a server that lists openly); a call never carries them, nor any operator credential.
+`auth: service` (the default) sends `headers:` with every call.
 
 `${VAR}` in command, args, env, cwd, url and headers is taken from the environment (`$${`
 writes a literal `${`); an unset variable is an error, never an empty string. Like the
@@ -45,13 +58,17 @@ from tools.yaml_nodes import is_null as _is_null
 
 Effect = Literal["read", "write"]
 Transport = Literal["stdio", "http"]
+Auth = Literal["service", "per_user"]
 
 SERVER_KEYS = (
     *("command", "args", "env", "cwd", "url", "headers", "prefix", "tools", "effects"),
-    *("timeout", "connect_timeout"),
+    *("timeout", "connect_timeout", "auth", "label", "scopes"),
 )
 STDIO_ONLY = ("command", "args", "env", "cwd")
 HTTP_ONLY = ("url", "headers")
+PER_USER_ONLY = ("label", "scopes")
+MAX_LABEL = 40
+MAX_SCOPES = 50
 DEFAULT_TIMEOUT = 30.0  # seconds per call
 DEFAULT_CONNECT_TIMEOUT = 20.0  # seconds to start, connect and list at start-up
 MAX_SECONDS = 3600.0
@@ -59,6 +76,7 @@ MAX_SECONDS = 3600.0
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_-]{0,40}$")
 _VARIABLE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]{1,100}$")  # RFC 6749's scope-token
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 
 Node = yaml.Node
@@ -82,6 +100,23 @@ class ServerConfig:
     effects: Mapping[str, Effect] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    auth: Auth = "service"
+    label: str = ""  # per_user: the connection's name for people ("" : the key)
+    scopes: tuple[str, ...] = ()  # per_user: asked for when a person connects
+
+    @property
+    def per_user(self) -> bool:
+        return self.auth == "per_user"
+
+    @property
+    def connection(self) -> str:
+        """The provider of a per-user server's connections ("mcp:docs"); "" otherwise."""
+        return f"mcp:{self.key}" if self.per_user else ""
+
+    @property
+    def connection_label(self) -> str:
+        """The connection's name for people ("Docs")."""
+        return self.label or self.key
 
     @property
     def transport(self) -> Transport:
@@ -210,8 +245,21 @@ class _Reader(NodeReader):
             kind = "stdio servers (`command:`)" if name in STDIO_ONLY else "`url:` servers"
             self.error(fields[name][0], f"{where}.{name} only applies to {kind}")
         values: dict[str, Any] = {"prefix": f"{key}_"}
+        auth_known = True  # `auth:` absent, or a value that reads
+        if "auth" in fields:
+            try:
+                values["auth"] = self.auth(fields["auth"][1], f"{where}.auth", has_url)
+            except _Invalid:
+                auth_known = False  # its label: and scopes: are not reported as well
         for name, (_, value) in fields.items():
-            if name in wrong:
+            if name in wrong or name == "auth":
+                continue
+            if name in PER_USER_ONLY and values.get("auth") != "per_user":
+                if auth_known:
+                    self.error(
+                        fields[name][0],
+                        f"{where}.{name} only applies to a server with `auth: per_user`",
+                    )
                 continue
             with suppress(_Invalid):
                 values[name] = self.field(name, value, f"{where}.{name}")
@@ -244,7 +292,46 @@ class _Reader(NodeReader):
             return self.tool_names(node, where)
         if name == "effects":
             return self.effects(node, where)
+        if name == "label":
+            label = self.text(node, where, expand_variables=False).strip()
+            if not label or len(label) > MAX_LABEL or not label.isprintable():
+                raise self.invalid(
+                    node, f"{where} must be 1-{MAX_LABEL} printable characters, e.g. Docs"
+                )
+            return label
+        if name == "scopes":
+            return self.scopes(node, where)
         return self.seconds(node, where)
+
+    def auth(self, node: Node, where: str, has_url: bool) -> Auth:
+        """`service` (the default: `headers:` go with every call) or `per_user`."""
+        auth = self.text(node, where, expand_variables=False)
+        if auth not in ("service", "per_user"):
+            raise self.invalid(
+                node,
+                f"{where} must be per_user (each call acts as the person asking) or service "
+                f"(the default: the server's own credentials), got {auth[:40]!r}",
+            )
+        if auth == "per_user" and not has_url:
+            raise self.invalid(
+                node,
+                f"{where}: per_user only applies to `url:` servers (a remote MCP server with "
+                "its own OAuth); a stdio server acts with the credentials it is started with",
+            )
+        return "per_user" if auth == "per_user" else "service"
+
+    def scopes(self, node: Node, where: str) -> tuple[str, ...]:
+        scopes: list[str] = []
+        items = self.items(node, where)
+        if len(items) > MAX_SCOPES:
+            raise self.invalid(node, f"{where} lists {len(items)} scopes: at most {MAX_SCOPES}")
+        for n, item in items:
+            scope = self.text(item, f"{where}[{n}]", expand_variables=False)
+            if not _SCOPE.match(scope):
+                self.error(item, f"{where}[{n}]: {scope[:40]!r} is not an OAuth scope")
+            elif scope not in scopes:
+                scopes.append(scope)
+        return tuple(scopes)
 
     def tool_names(self, node: Node, where: str) -> tuple[str, ...]:
         names: list[str] = []

@@ -11,6 +11,10 @@ they fail with a message the model reads while the session is reopened with back
 Each server is listed twice at start-up and compared with the listing first recorded for
 the deployment (tools/mcp/pins.py): a server whose listing changed has all its tools
 registered as writes, except those `effects:` pins.
+
+A per-user server (`auth: per_user`) is listed the same way, with its `headers:` (meant for
+listing only) or with none when it lists openly; once its tools are registered that session
+is closed, and each call opens its own with the asking person's token (tools/mcp/session.py).
 """
 
 from __future__ import annotations
@@ -59,16 +63,7 @@ class McpServers:
 
     @classmethod
     def from_file(cls, path: str | Path) -> McpServers:
-        source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise McpConfigError(
-                f"{source}: MCP servers file not found (SWITCHBOARD_MCP)"
-            ) from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise McpConfigError(f"{source}: cannot read the MCP servers file: {error}") from None
-        return cls(read_config(text, source))
+        return cls(read_file(path))
 
     def connect(self, pins: Pins | None = None) -> None:
         """Connect to every server (at once) and build their tools; McpServerError lists
@@ -93,6 +88,8 @@ class McpServers:
         if problems:
             self.close()
             raise McpServerError("\n".join(sorted(problems)))
+        for connection in self.connections.values():
+            connection.end_listing()
 
     def register(self, target: ToolRegistry) -> None:
         """Register every tool, or none: a name taken by another source, or by two servers,
@@ -211,6 +208,18 @@ class McpServers:
             except ToolDefinitionError as error:
                 problems.append(f"{config.where}: {error}")
         return ServerTools(config, connection, tuple(made), verdict)
+
+
+def read_file(path: str | Path) -> list[ServerConfig]:
+    """The checked servers of an MCP servers file (McpConfigError: what is wrong, where)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise McpConfigError(f"{source}: MCP servers file not found (SWITCHBOARD_MCP)") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise McpConfigError(f"{source}: cannot read the MCP servers file: {error}") from None
+    return read_config(text, source)
 
 
 def _suggest(name: str, names: list[str]) -> str:

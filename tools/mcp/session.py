@@ -9,6 +9,15 @@ come from tool threads through `call`, which waits for a session up to the call'
 timeout. A read that loses its connection is sent again on the new session (reads are
 safe to repeat); a write never is: before sending one the session is checked with a probe,
 and a write that loses its connection after it was sent is reported as of unknown outcome.
+
+A per-user server (`auth: per_user`) is held like this only to list its tools at start-up,
+with its `headers:` (or none), and the session is then closed (`end_listing`). Each call
+opens a session of its own with the asking person's token as its only credential
+(`Authorization: Bearer ...`, never `headers:`), initializes, calls and closes, all within
+the call's timeout: a streamable-HTTP session carries its headers, so one session per call
+is what keeps one person's token out of another's call. A 401 on that session raises
+`Unauthorized` (the token is no longer good; nothing was run). Tokens are never logged:
+the SDK logs URLs and messages, not headers, and nothing here logs either.
 """
 
 from __future__ import annotations
@@ -40,6 +49,11 @@ PROBE_SECONDS = 5.0
 CANCEL_AFTER_SECONDS = 1.0
 MAX_PAGES = 100  # of tools/list
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults
+
+
+class Unauthorized(Exception):
+    """A per-user server answered 401 to the person's token: it no longer accepts it (the
+    call was not run: the server refused it before any tool saw it)."""
 
 
 class Connection:
@@ -76,12 +90,20 @@ class Connection:
         timeout: float,
         meta: dict[str, Any] | None,
         repeatable: bool,
+        bearer: str | None = None,
     ) -> types.CallToolResult:
         """Call the server's tool `name`; `tool_name` is ours, for messages. Raises ToolError
-        for every failure the model should read."""
+        for every failure the model should read. A per-user server is called with `bearer`
+        (the person's token) on a session of its own, and raises Unauthorized on a 401."""
         call = _Call(name, arguments, tool_name, meta, repeatable, time.monotonic() + timeout)
+        if self.config.per_user and not bearer:  # never the listing session's credentials
+            raise ToolError(
+                f"Error: {tool_name} was not run: it acts as the person asking, and there is "
+                "no token of theirs to call it with"
+            )
+        work = self._call(call) if bearer is None else self._call_as(call, bearer)
         try:
-            return self.loop.run(self._call(call), timeout=timeout + CANCEL_AFTER_SECONDS + 5)
+            return self.loop.run(work, timeout=timeout + CANCEL_AFTER_SECONDS + 5)
         except TimeoutError:  # the loop itself did not answer: the call's fate is not known
             raise ToolError(call.lost("it did not answer in time")) from None
 
@@ -89,6 +111,12 @@ class Connection:
         """List the server's tools once more on the open session (start-up asks twice, to
         catch a server that says something different each time: tools/mcp/pins.py)."""
         return self.loop.run(self._list_again(), timeout=self.config.connect_timeout + 5)
+
+    def end_listing(self) -> None:
+        """A per-user server's tools are registered: close the session that listed them (with
+        `headers:`); its calls open sessions of their own."""
+        if self.config.per_user:
+            self.close()
 
     def close(self, timeout: float = 5.0) -> None:
         if self.loop.alive:
@@ -233,6 +261,69 @@ class Connection:
                 if not call.repeatable or attempt == 2:
                     raise ToolError(call.lost(lost.reason)) from None
         raise AssertionError("unreachable")
+
+    async def _call_as(self, call: _Call, bearer: str) -> types.CallToolResult:
+        """A per-user server's call, on a session opened for it with `bearer` alone. A read
+        whose session breaks is sent once more on a new one; a write never is."""
+        for attempt in (1, 2):
+            try:
+                return await self._once_as(call, bearer)
+            except _Lost as lost:
+                if not call.repeatable or attempt == 2:
+                    raise ToolError(call.lost(lost.reason)) from None
+        raise AssertionError("unreachable")
+
+    async def _once_as(self, call: _Call, bearer: str) -> types.CallToolResult:
+        refused = False
+
+        async def seen(response: httpx2.Response) -> None:
+            nonlocal refused
+            refused = refused or response.status_code == 401
+
+        # What the call came to, kept as a value: raised inside the session's task group, it
+        # would come out wrapped in exception groups.
+        outcome: types.CallToolResult | Exception | None = None
+        opened = False
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                http = httpx2.AsyncClient(
+                    headers={"Authorization": f"Bearer {bearer}"},
+                    timeout=HTTP_TIMEOUT,
+                    event_hooks={"response": [seen]},
+                )
+                await stack.enter_async_context(http)
+                transport = streamable_http_client(str(self.config.url), http_client=http)
+                async with asyncio.timeout(call.remaining()):
+                    client = await stack.enter_async_context(
+                        Client(transport, client_info=CLIENT_INFO, cache=None)
+                    )
+                opened = True
+                try:
+                    outcome = await self._send(client, call)
+                except (ToolError, _Lost) as error:
+                    outcome = error
+        except Exception as error:  # opening (or closing) the session failed
+            if outcome is None:
+                outcome = error
+        if isinstance(outcome, types.CallToolResult):
+            return outcome  # whatever answered 401 afterwards (closing) changes nothing
+        if refused:  # the server's bearer check refused it: no tool ran
+            log.info("mcp_token_refused", server=self.config.key, tool=call.tool_name)
+            raise Unauthorized(self.config.key)
+        if isinstance(outcome, ToolError | _Lost):
+            raise outcome
+        if outcome is None:
+            why = "no session"
+        elif isinstance(_leaf(outcome), TimeoutError):
+            why = f"no answer within {round(call.timeout, 1):g} s"
+        else:
+            why = describe(outcome, self.config)
+        if opened:  # the session broke after it was opened: the call may have been sent
+            raise _Lost(why)
+        raise ToolError(
+            f"Error: {call.tool_name} was not run: MCP server '{self.config.key}' is "
+            f"unavailable ({printable(why)}); try again later"
+        )
 
     async def _send(self, client: Client, call: _Call) -> types.CallToolResult:
         try:

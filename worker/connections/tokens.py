@@ -4,7 +4,8 @@
 access token, refreshed first when it has expired (one refresh at a time per grant). A
 refresh the provider refuses (`invalid_grant`: revoked, expired) drops the grant, so the
 person is asked to connect again; a provider that is down leaves the grant as it is and
-the call fails for now.
+the call fails for now. A service that answers 401 to a token (`refused`) gets the same
+treatment: refreshed once, and dropped when that does not help.
 """
 
 from __future__ import annotations
@@ -88,6 +89,27 @@ class Connections:
             self.store.delete(team, user, provider)
             raise NotConnected(provider, label, "the connection expired")
         return self._refreshed(team, user, grant, label)
+
+    def refused(
+        self, team: str, user: str, provider: str, token: str, *, refresh: bool = True
+    ) -> str:
+        """A service refused `token` (HTTP 401): it is no longer good. With `refresh`, the
+        grant is refreshed and the new token returned (or the one another call got
+        meanwhile); without, or when it cannot be refreshed, the grant is dropped and
+        NotConnected raised, so the person connects again."""
+        label = self.label(provider)
+        grant = self.store.get(team, user, provider)
+        why = "the service no longer accepts the connection"
+        if grant is None:
+            raise NotConnected(provider, label, why)
+        if grant.access_token != token and not grant.expired(time.time()):
+            return grant.access_token  # replaced since the call read it
+        if refresh and grant.refresh_token:
+            log.info("connection_token_refused", provider=provider, action="refresh")
+            return self._refreshed(team, user, grant, label)
+        self.store.delete(team, user, provider)
+        log.info("connection_token_refused", provider=provider, action="drop")
+        raise NotConnected(provider, label, why)
 
     def _refreshed(self, team: str, user: str, grant: Grant, label: str) -> str:
         with self.store.refresh_lock(team, user, grant.provider, REFRESH_LOCK_SECONDS):
