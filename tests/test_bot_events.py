@@ -11,6 +11,7 @@ counts toward Slack disabling the event subscription); `app_uninstalled` and
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from tests.fakes.slack_server import (
     view_submission,
 )
 from tests.support.oauth_server import OAuthMcpServer
+from tests.support.redis_server import RedisServer
+from tests.support.runtime import make_runtime
 from tests.support.slack_bot import ALICE, CHANNEL, SECRET, TOKEN, BotEnv, card_of
 from tests.test_connections import TEAM, connect, with_connections
 from tests.test_grants import make_grant
@@ -233,6 +236,28 @@ def test_a_bot_started_with_a_working_token_posts_there_again(
     assert installations.revoked("T0001")
     build_app(env.rt, bot_token=TOKEN, signing_secret=SECRET, api_url=env.slack.url)
     assert not installations.revoked("T0001")
+
+
+def test_a_bot_starting_while_redis_restarts_waits_for_it_instead_of_exiting(
+    env: BotEnv, model_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    conn = redis.Redis.from_url(server.url, socket_timeout=2)
+    try:
+        rt = make_runtime(conn, model_server.url)
+        installations = Installations(conn, rt.settings.namespace)
+        installations.revoke("T0001", "app_uninstalled")
+        server.stop()  # Redis goes away as the bot starts, and is back a moment later
+        back = threading.Timer(1.0, server.start)
+        back.start()
+        with capture_logs() as logs:
+            build_app(rt, bot_token=TOKEN, signing_secret=SECRET, api_url=env.slack.url)
+        back.join()
+        assert "redis_unavailable_at_start" in [entry["event"] for entry in logs]
+        assert not installations.revoked("T0001")
+    finally:
+        conn.close()
+        server.stop()
 
 
 # -- a person deactivated --------------------------------------------------------------------------

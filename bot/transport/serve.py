@@ -9,12 +9,14 @@ the connection itself is authenticated with the app-level token.
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import FrameType
 
+import redis
 import structlog
 from slack_bolt import App
 from slack_bolt.adapter.socket_mode import SocketModeHandler
@@ -37,6 +39,7 @@ from worker.runtime import Runtime
 log = structlog.get_logger(__name__)
 
 LISTENER_THREADS = 8
+START_REDIS_SECONDS = 30.0  # how long start-up waits out a Redis that restarts or fails over
 START_HINT = "check SLACK_BOT_TOKEN (xoxb-...) and SLACK_API_URL"
 
 
@@ -70,7 +73,7 @@ def build_app(
     home = Home.learn(client, teams=allowed_teams, apps=allowed_apps)
     installations = Installations(rt.redis, rt.settings.namespace, rt.settings.retention)
     for team in home.own_teams:  # the token works, so the app is installed there (again)
-        installations.restore(team)
+        patiently(functools.partial(installations.restore, team), "restore_installation")
     existing = rt.surfaces.get("slack")
     surface = existing if isinstance(existing, SlackSurface) else SlackSurface(client, rt)
     sb = Bot(
@@ -85,6 +88,23 @@ def build_app(
         rt.roles = sb.identity.current_roles
     register(app, sb)
     return app
+
+
+def patiently(write: Callable[[], object], what: str) -> None:
+    """An idempotent start-up write, sent again while Redis does not answer (a restart or a
+    failover as the bot starts), for up to START_REDIS_SECONDS. Exiting instead left the
+    one process people talk to down until something restarted it (found by the chaos soak:
+    a bot killed during a Redis restart did not come back)."""
+    deadline = time.monotonic() + START_REDIS_SECONDS
+    while True:
+        try:
+            write()
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("redis_unavailable_at_start", step=what, error=type(error).__name__)
+            time.sleep(0.5)
 
 
 def serve(
