@@ -3,7 +3,8 @@ system chromedriver): the Connect URL, the provider's sign-in form (tests/suppor
 oauth_server.py, the `mcp` SDK's authorization server), and `/oauth/callback` on the bot's
 real HTTP server (tests/support/slack_bot.py), with SWITCHBOARD_PUBLIC_URL pointing at it.
 The finishing code is read from the page and entered in Slack's modal (a signed
-view_submission), as the person would. One browser for the module."""
+view_submission), as the person would. Then the console's link, which comes back to its
+own listener on 127.0.0.1. One browser for the module."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ import redis
 from cryptography.fernet import Fernet
 
 from bot.render.connections import CODE_BLOCK, CODE_INPUT, CODE_MODAL
+from tests import test_connections_runs
+from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import view_submission
 from tests.support.oauth_server import OAuthMcpServer
+from tests.support.runtime import make_runtime
 from tests.support.slack_bot import ALICE, BotEnv
-from tests.test_connections import TEAM, people_provider, subject_of
+from tests.test_connections import TEAM, people_provider, subject_of, with_connections
+from tests.test_console_connect import USER, console_asking
 from worker.connections import ConnectionStore
 from worker.connections.tokens import Connections
 from worker.runtime import Runtime
@@ -33,6 +38,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs Chromium and its driver on PATH (Debian: apt-get install chromium "
     "chromium-driver)",
 )
+people_tool = test_connections_runs.people_tool  # the fixture: a tool that calls `whoami`
 HEADLESS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage")
 
 
@@ -119,16 +125,7 @@ def test_a_person_connects_in_a_browser_and_a_reload_of_the_callback_is_refused(
     code = browser.find_element(By.CSS_SELECTOR, "#code code").text
     assert len(code) == service.CODE_LENGTH and "Enter code" in browser.page_source
 
-    events = network(browser)
-    [page] = responses(events, callback)
-    headers = {name.lower(): value for name, value in page["headers"].items()}
-    assert page["status"] == 200
-    assert headers["cache-control"] == "no-store"
-    assert headers["referrer-policy"] == "no-referrer"
-    assert "default-src 'none'" in headers["content-security-policy"]
-    # the page loads nothing: no request after the callback's own, and nothing to fetch
-    after = requested(events)
-    assert after[after.index(browser.current_url) + 1 :] == []
+    assert_sealed(network(browser), callback, 200)
     assert browser.find_elements(By.CSS_SELECTOR, "script, link, img, iframe, object, [src]") == []
 
     held = connection_keys(rt)
@@ -136,9 +133,7 @@ def test_a_person_connects_in_a_browser_and_a_reload_of_the_callback_is_refused(
     WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "why"))
     assert "already used" in browser.find_element(By.ID, "why").text
     assert code not in browser.page_source and browser.find_elements(By.ID, "code") == []
-    [again] = responses(network(browser), callback)  # no-store: it was asked for, not cached
-    assert again["status"] == 400
-    assert {n.lower(): v for n, v in again["headers"].items()}["cache-control"] == "no-store"
+    assert_sealed(network(browser), callback, 400)  # asked for again (no-store), not cached
     assert connection_keys(rt) == held  # the refused reload changed nothing
 
     # Alice enters the code in Slack's modal; Slack signs that it is her
@@ -148,3 +143,44 @@ def test_a_person_connects_in_a_browser_and_a_reload_of_the_callback_is_refused(
     token = service.token_for(rt, TEAM, ALICE, "mcp:people")
     assert subject_of(provider_server, token) == "alice"
     assert [c.provider for c in service.listing(rt, TEAM, ALICE)] == ["mcp:people"]
+
+
+def assert_sealed(events: list[dict[str, Any]], url: str, status: int) -> None:
+    """The page at `url` came with `status`, is not cached, refers nowhere, and loaded
+    nothing else."""
+    [page] = responses(events, url)
+    headers = {name.lower(): value for name, value in page["headers"].items()}
+    assert page["status"] == status
+    assert headers["cache-control"] == "no-store"
+    assert headers["referrer-policy"] == "no-referrer"
+    assert "default-src 'none'" in headers["content-security-policy"]
+    after = requested(events)
+    assert after[after.index(page["url"]) + 1 :] == []
+
+
+def test_the_consoles_link_connects_in_a_browser_on_its_local_port(
+    browser: Any,
+    redis_conn: redis.Redis,
+    model_server: FakeOpenAI,
+    provider_server: OAuthMcpServer,
+    people_tool: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    model_server.route("who am I at People", [Turn(tool_calls=[(people_tool, {})]), "Done."])
+    rt = with_connections(make_runtime(redis_conn, model_server.url), provider_server)
+    with console_asking(rt, "who am I at People?\n") as running:
+        network(browser)
+        browser.get(running.url)  # the link the console printed
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "user"))
+        browser.find_element(By.ID, "user").send_keys("dave")
+        browser.find_element(By.ID, "go").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "connected"))
+        assert browser.current_url.startswith(running.callback + "?")
+        assert "People account is connected" in browser.find_element(By.ID, "connected").text
+        assert_sealed(network(browser), running.callback, 200)
+        running.out.wait_for("Connected your People account")
+        assert running.end() == 0
+    token = service.token_for(rt, "", USER, "mcp:people")
+    assert subject_of(provider_server, token) == "dave"
