@@ -319,8 +319,8 @@ class Console:
                 self.say(CONNECT_REFUSED.format(why=refused))
                 return
             minutes = self.connect_seconds / 60
-            self.say(CONNECT_OPEN.format(label=label, url=url, minutes=minutes))
-            try:
+            try:  # from the moment the URL shows, Ctrl-C stops waiting (not the console)
+                self.say(CONNECT_OPEN.format(label=label, url=url, minutes=minutes))
                 outcome = listener.wait(self.connect_seconds)
             except KeyboardInterrupt:
                 self.say(CONNECT_CANCELLED)

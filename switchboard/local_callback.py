@@ -24,6 +24,7 @@ import contextlib
 import hmac
 import socket
 import threading
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
@@ -46,6 +47,7 @@ from worker.service.connections import Connected, ConnectRefused
 log = structlog.get_logger(__name__)
 
 HOST = "127.0.0.1"
+WAKE_EVERY = 0.2  # seconds: how soon a Ctrl-C is seen while waiting
 LIMITS = Limits(request_seconds=10.0, idle_seconds=1, max_connections=16)
 NOT_OURS = "This is not the connection this console is waiting for. Nothing was changed."
 TAKEN = "This connection was already finished. Nothing was changed."
@@ -102,8 +104,15 @@ class LocalCallback:
 
     def wait(self, seconds: float) -> Outcome | None:
         """The outcome of our callback; None when it did not come within `seconds`. Ctrl-C
-        (KeyboardInterrupt) interrupts the wait."""
-        return self._outcome if self._done.wait(seconds) else None
+        (KeyboardInterrupt) interrupts the wait: it waits in slices of WAKE_EVERY, since
+        Python runs the SIGINT handler in the main thread only between bytecodes, and a
+        signal the kernel gave another thread (the listener's, say) would otherwise not be
+        seen until one long wait ended (seen: a test's SIGINT waited out the 300 s)."""
+        deadline = time.monotonic() + seconds
+        while not self._done.wait(min(WAKE_EVERY, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return None
+        return self._outcome
 
     def close(self) -> None:
         self.server.should_exit = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -196,3 +197,31 @@ def test_no_browser_within_the_time_is_printed_and_changes_nothing(
         running.out.wait_for("the browser did not come back")
         assert running.end() == 0
     assert closed(running.callback) and service.listing(rt, TEAM, USER) == []
+
+
+def test_ctrl_c_stops_waiting_and_the_console_goes_on(
+    rt: Runtime, model_server: FakeOpenAI, people_tool: str
+) -> None:
+    """The console in this (the main) thread, where Ctrl-C lands; a helper thread works the
+    run and presses Ctrl-C (a real SIGINT) once the link shows."""
+    model_server.route("who am I at People", [Turn(tool_calls=[(people_tool, {})]), "Done."])
+    out = Transcript()
+    console = Console(rt, user_id=USER, stdin=io.StringIO("who am I at People?\n"), stdout=out)
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    seen: list[str] = []
+
+    def person() -> None:
+        out.wait_for(r"run \S+ queued")
+        work(rt)
+        url = out.wait_for(r"Open this link.*\n  (\S+)").group(1)
+        seen.append(parse_qs(urlsplit(url).query)["redirect_uri"][0])
+        signal.pthread_kill(main, signal.SIGINT)
+
+    helper = threading.Thread(target=person, daemon=True)
+    helper.start()
+    assert console.loop() == 0  # it went on to the end of the run, then the end of input
+    helper.join(15)
+    text = out.getvalue()
+    assert "you stopped waiting" in text and "[completed;" in text, text
+    assert seen and closed(seen[0]) and service.listing(rt, TEAM, USER) == []
