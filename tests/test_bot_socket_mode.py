@@ -29,7 +29,12 @@ from approvals import ApprovalStatus
 from bot.outbound.slack_surface import SlackSurface
 from bot.render.blocks import APPROVE, VIEW_RUN
 from bot.transport.oauth_callback import CALLBACK_PATH
-from bot.transport.serve import TimedSocketModeHandler, build_app, serve_callback
+from bot.transport.serve import (
+    CallbackPortError,
+    TimedSocketModeHandler,
+    build_app,
+    serve_callback,
+)
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_events import TEAM_ID
 from tests.fakes.slack_server import (
@@ -426,6 +431,14 @@ def test_socket_mode_with_connections_serves_the_oauth_callback_and_no_other_pat
     assert not answers(public + "/")  # the port closed with the bot
 
 
-def test_socket_mode_without_connections_opens_no_port(redis_conn: redis.Redis) -> None:
+def test_socket_mode_without_connections_opens_no_port_and_a_taken_one_says_so(
+    redis_conn: redis.Redis,
+) -> None:
     rt = make_runtime(redis_conn, "http://127.0.0.1:9/v1")
     assert rt.connections is None and serve_callback(rt, ("127.0.0.1", 0)) is None
+    store = ConnectionStore(redis_conn, rt.settings.namespace, [Fernet.generate_key().decode()])
+    rt.connections = Connections(store, {}, "http://127.0.0.1:1")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(CallbackPortError, match=f"/oauth/callback on port {port}.*--port"):
+            serve_callback(rt, ("127.0.0.1", port))
