@@ -5,7 +5,9 @@ rather than being called back, so the workers can be anywhere. It makes sure one
 jobs (`WorkerGuard`): a live one found by its heartbeat, or one it starts and stops itself.
 Ctrl-C, a closed terminal or the end of input leave every run recoverable: a run in flight
 goes back to the queue, and a decision left open can be taken later, here or with
-`switchboard approvals`. Every text the console shows is in this file.
+`switchboard approvals`. A per-user tool that finds the person not connected makes the
+console print the provider's URL and wait for the browser on a local port
+(switchboard/local_callback.py). Every text the console shows is in this file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from worker import service
 from worker.events import Event, EventKind, is_run_end
 from worker.run import Requester, Run
 from worker.runtime import Runtime
-from worker.service import Access, approvals, asking, decisions, runs
+from worker.service import Access, approvals, asking, connections, decisions, runs
 
 PROMPT = "you> "
 DECIDE_PROMPT = "approve? [y]es / [e]dit / [n]o [reason] / [i]nstruct: "
@@ -43,6 +45,18 @@ CHECK_WORKERS_AFTER = 3.0  # seconds without news before the console looks for a
 CONSOLE_GRACE = 3.0  # Ctrl-C: seconds for the worker to hand its runs back, then it stops
 WAITING_EVERY = 10.0  # seconds between "still waiting for the model" lines
 WAITING = "{offset}  still waiting for the model: {seconds:.0f} s of {deadline} s"
+CONNECT_SECONDS = 300.0  # how long the console waits for the browser to come back
+CONNECT_OPEN = (
+    "\n  {label} acts as you, and you have not connected it. Open this link in a browser "
+    "to connect (waiting up to {minutes:.0f} min; Ctrl-C stops waiting):\n  {url}"
+)
+CONNECT_DONE = "  Connected your {label} account: its tools act as you from the next call on."
+CONNECT_REFUSED = "  ! Not connected: {why}"
+CONNECT_TIMEOUT = (
+    "  ! Not connected: the browser did not come back within {minutes:.0f} min. "
+    "Nothing was changed."
+)
+CONNECT_CANCELLED = "  ! Not connected: you stopped waiting. Nothing was changed."
 # Events after which the model is no longer being asked (the attempt ended, one way or another)
 MODEL_ANSWERED = (EventKind.MODEL_CALL, EventKind.MODEL_ATTEMPT_FAILED, EventKind.MODEL_ERROR)
 
@@ -124,8 +138,13 @@ class Console:
         stdin: TextIO = sys.stdin,
         stdout: TextIO = sys.stdout,
         workers: WorkerGuard | None = None,
+        connect_seconds: float = CONNECT_SECONDS,
     ) -> None:
         self.rt = rt
+        self.connect_seconds = connect_seconds
+        # the local callback's port, kept for the session: an authorization server that
+        # registered this redirect URI (an MCP server's own OAuth) knows it the next time
+        self.callback_port = 0
         self.user_id = user_id or local_user()
         self.stdin = stdin
         self.stdout = stdout
@@ -239,6 +258,7 @@ class Console:
         start = self._run(run_id).created_at
         quiet_since = time.monotonic()
         asking: Event | None = None  # the model attempt in progress, if any
+        offered: set[str] = set()  # providers this run asked to connect (once each)
         while True:
             events = runs.wait_for_events(self.rt, run_id, after, block_ms=1000)
             if not events:
@@ -256,6 +276,12 @@ class Console:
                     asking, self.waiting_said = event, time.time()
                 elif event.kind in MODEL_ANSWERED or is_run_end(event.kind):
                     asking = None
+                if event.kind == EventKind.CONNECTION_NEEDED:  # a per-user tool: connect now
+                    provider = str(event.data.get("provider") or "")
+                    if provider not in offered:
+                        offered.add(provider)
+                        self.connect(provider)
+                        quiet_since = time.monotonic()
                 if event.kind == EventKind.SUSPENDED:  # the run waits: ask, one request at a time
                     for approval_id in event.data.get("approvals", []):
                         request = approvals.find(self.rt, approval_id)
@@ -273,6 +299,40 @@ class Console:
                     self.show_end(run)
                     self.following = None
                     return run
+
+    def connect(self, provider: str) -> None:
+        """Connect the person at the terminal to `provider`: print the URL, wait for the
+        browser on a local port, finish and confirm the flow as this console's person."""
+        from switchboard.local_callback import LocalCallback  # uvicorn: only when needed
+
+        label = connections.label(self.rt, provider)
+        team = Requester(user_id=self.user_id).team_id  # as the console's runs record it
+        try:
+            listener = LocalCallback(self.rt, team, self.user_id, self.callback_port)
+        except OSError:  # taken since: another port (and, there, another registration)
+            listener = LocalCallback(self.rt, team, self.user_id)
+        self.callback_port = listener.port
+        try:
+            try:
+                url = listener.start(provider)
+            except connections.ConnectRefused as refused:
+                self.say(CONNECT_REFUSED.format(why=refused))
+                return
+            minutes = self.connect_seconds / 60
+            try:  # from the moment the URL shows, Ctrl-C stops waiting (not the console)
+                self.say(CONNECT_OPEN.format(label=label, url=url, minutes=minutes))
+                outcome = listener.wait(self.connect_seconds)
+            except KeyboardInterrupt:
+                self.say(CONNECT_CANCELLED)
+                return
+        finally:
+            listener.close()
+        if outcome is None:
+            self.say(CONNECT_TIMEOUT.format(minutes=minutes))
+        elif isinstance(outcome, connections.ConnectRefused):
+            self.say(CONNECT_REFUSED.format(why=outcome))
+        else:
+            self.say(CONNECT_DONE.format(label=outcome.label))
 
     def still_asking(self, asking: Event | None, start: float) -> Event | None:
         """Every WAITING_EVERY seconds of a model attempt, say how long it has taken."""

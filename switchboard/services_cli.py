@@ -37,7 +37,13 @@ def add_dev(verbs: Any) -> None:
 def add_bot(verbs: Any) -> None:
     p = _verb(verbs, "bot", cmd_bot)
     p.add_argument("--http", action="store_true", help="serve /slack/events over HTTP")
-    p.add_argument("--port", type=int, default=3000, help="HTTP port (default 3000)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=3000,
+        help="HTTP port (default 3000); in Socket Mode with per-user connections it serves "
+        "/oauth/callback alone",
+    )
     p.add_argument(
         "--metrics-port",
         type=int,

@@ -6,14 +6,20 @@ in-process, FakeOpenAI for the model, SQLite tickets."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import redis
+from cryptography.fernet import Fernet
 from slack_bolt import App
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
@@ -22,16 +28,26 @@ from structlog.testing import capture_logs
 from approvals import ApprovalStatus
 from bot.outbound.slack_surface import SlackSurface
 from bot.render.blocks import APPROVE, VIEW_RUN
-from bot.transport.serve import TimedSocketModeHandler, build_app
+from bot.transport.oauth_callback import CALLBACK_PATH
+from bot.transport.serve import (
+    CallbackPortError,
+    TimedSocketModeHandler,
+    build_app,
+    serve_callback,
+)
 from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.slack_events import TEAM_ID
 from tests.fakes.slack_server import (
     FakeSlack,
     app_mention,
     block_actions,
     event_callback,
+    send_signed,
     slash_command,
 )
 from tests.fakes.socket_gateway import Ack, SocketGateway
+from tests.support.oauth_server import OAuthMcpServer
+from tests.support.processes import worker_env
 from tests.support.runtime import make_runtime, wait_until, work
 from tests.support.slack_bot import (
     ALICE,
@@ -47,8 +63,12 @@ from tests.support.slack_bot import (
     texts,
 )
 from tools.builtin.tickets import TicketStore
+from worker.connections import ConnectionStore
+from worker.connections.providers import read_providers
+from worker.connections.tokens import Connections
 from worker.run import Run, RunStatus
 from worker.runtime import Runtime
+from worker.service import connections
 
 APP_TOKEN = "xapp-1-A0001-1-test"
 ACK_WITHIN = 3.0  # Slack's deadline for an acknowledgement
@@ -281,3 +301,144 @@ def test_socket_mode_with_the_bot_token_does_not_connect(socket_env: SocketEnv) 
         handler.close()
     assert refused.value.response["error"] == "not_allowed_token_type"
     assert socket_env.gateway.connections == 1  # only the fixture's own
+
+
+# -- Socket Mode with per-user connections: the one HTTP path people's browsers need ----------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def answers(url: str) -> bool:
+    """The port takes connections and answers (any status)."""
+    try:
+        httpx2.get(url, timeout=2)
+    except httpx2.HTTPError:
+        return False
+    return True
+
+
+def registered_client(server: OAuthMcpServer, redirect_uri: str) -> dict[str, Any]:
+    """An OAuth app registered at the provider, as an operator registers a GitHub app."""
+    answer = httpx2.post(
+        server.base + "/register",
+        json={
+            "redirect_uris": [redirect_uri],
+            "token_endpoint_auth_method": "client_secret_post",
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "client_name": "Switchboard",
+        },
+        timeout=10,
+    )
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+PEOPLE = """\
+providers:
+  people:
+    label: People
+    authorize_url: {base}/authorize
+    token_url: {base}/token
+    client_id: ${{PEOPLE_CLIENT_ID}}
+    client_secret: ${{PEOPLE_CLIENT_SECRET}}
+"""
+
+
+@pytest.mark.slow
+def test_socket_mode_with_connections_serves_the_oauth_callback_and_no_other_path(
+    redis_url: str,
+    redis_conn: redis.Redis,
+    model_server: FakeOpenAI,
+    provider_server: OAuthMcpServer,
+    tmp_path: Path,
+) -> None:
+    """`switchboard bot` (Socket Mode) as an operator runs it with connections set up: it
+    connects to the gateway, and the port SWITCHBOARD_PUBLIC_URL names finishes a real flow;
+    /slack/events and everything else there is 404."""
+    port = free_port()
+    public = f"http://127.0.0.1:{port}"
+    client = registered_client(provider_server, public + CALLBACK_PATH)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(PEOPLE.format(base=provider_server.base))
+    key = Fernet.generate_key().decode()
+    secrets_env = {
+        "PEOPLE_CLIENT_ID": client["client_id"],
+        "PEOPLE_CLIENT_SECRET": client["client_secret"],
+    }
+    (tmp_path / "data").mkdir()
+    with FakeSlack(tokens={TOKEN, APP_TOKEN}) as slack:
+        env = worker_env(
+            redis_url,
+            model_server.url,
+            tmp_path,
+            SLACK_BOT_TOKEN=TOKEN,
+            SLACK_APP_TOKEN=APP_TOKEN,
+            SLACK_API_URL=slack.url,
+            SWITCHBOARD_CONNECTION_KEYS=key,
+            SWITCHBOARD_PUBLIC_URL=public,
+            SWITCHBOARD_OAUTH_PROVIDERS=str(providers),
+            **secrets_env,
+        )
+        command = [sys.executable, "-m", "switchboard", "bot", "--port", str(port)]
+        with subprocess.Popen(
+            command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+        ) as bot:
+            try:
+                slack.gateway.wait_for_connections(1, timeout=60)
+                wait_until(lambda: answers(public + "/"), timeout=30, what="the callback port")
+                # Socket Mode is what takes Slack's requests
+                envelope = slack.gateway.push_command(
+                    slash_command("/switchboard", "help", user_id=ALICE, channel_id=CHANNEL)
+                )
+                assert slack.gateway.wait_for_ack(envelope, timeout=15).seconds is not None
+
+                # this process starts Alice's flow; the bot's port finishes it
+                rt = make_runtime(redis_conn, model_server.url)
+                store = ConnectionStore(redis_conn, rt.settings.namespace, [key])
+                found = read_providers(providers.read_text(), "providers.yaml", secrets_env)
+                rt.connections = Connections(store, found, public)
+                url = connections.connect_url(rt, TEAM_ID, ALICE, "people")
+                with httpx2.Client(follow_redirects=True, timeout=10) as browser:
+                    login = browser.get(url)
+                    back = browser.get(str(login.url) + "&user=alice")
+                    assert str(back.url).startswith(public + CALLBACK_PATH + "?")
+                    assert back.status_code == 200 and back.headers["cache-control"] == "no-store"
+                    code = back.text.split("<code>")[1].split("</code>")[0]
+                    replay = browser.get(back.url)
+                assert replay.status_code == 400 and "already used" in replay.text
+                connections.confirm(rt, TEAM_ID, ALICE, code)
+                token = connections.token_for(rt, TEAM_ID, ALICE, "people")
+                assert provider_server.people.access[token].subject == "alice"
+
+                events = send_signed(
+                    public + "/slack/events", SECRET, event_callback(app_mention("hi"))
+                )
+                others = [httpx2.get(public + p, timeout=5) for p in ("/metrics", "/livez", "/")]
+                assert [events.status, *(o.status_code for o in others)] == [404, 404, 404, 404]
+                bot.send_signal(signal.SIGTERM)
+                _, err = bot.communicate(timeout=30)
+            finally:
+                if bot.poll() is None:
+                    bot.kill()
+    assert bot.returncode == 0, err
+    assert "oauth_callback_serving" in err and "Traceback" not in err, err
+    assert code not in err and token not in err  # nothing secret in the bot's log
+    assert not answers(public + "/")  # the port closed with the bot
+
+
+def test_socket_mode_without_connections_opens_no_port_and_a_taken_one_says_so(
+    redis_conn: redis.Redis,
+) -> None:
+    rt = make_runtime(redis_conn, "http://127.0.0.1:9/v1")
+    assert rt.connections is None and serve_callback(rt, ("127.0.0.1", 0)) is None
+    store = ConnectionStore(redis_conn, rt.settings.namespace, [Fernet.generate_key().decode()])
+    rt.connections = Connections(store, {}, "http://127.0.0.1:1")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(CallbackPortError, match=f"/oauth/callback on port {port}.*--port"):
+            serve_callback(rt, ("127.0.0.1", port))

@@ -27,6 +27,11 @@ any body whole with no size limit, and would let Bolt parse a body before our ch
 `SlackEvents` does what it does, in that order: signature on the raw body
 (`bot.transport.signature`, 401), envelope (`bot.transport.envelope`, 400), then
 `App.dispatch`.
+
+In Socket Mode Slack needs no port, but people's browsers do when per-user connections are
+set up: `callback_server` is the same server with no Bolt app, serving `GET /oauth/callback`
+alone (every other path 404, `/slack/events` too, so nothing reachable at
+SWITCHBOARD_PUBLIC_URL takes events; metrics and probes stay on `--metrics-port`).
 """
 
 from __future__ import annotations
@@ -208,9 +213,12 @@ def protocol_class(limits: Limits) -> type[_Protocol]:
 
 class SlackEvents:
     """The ASGI app: `POST /slack/events` into Bolt, `GET /healthz`, `/livez`, `/metrics`,
-    and `GET /oauth/callback` (per-user connections)."""
+    and `GET /oauth/callback` (per-user connections). With no `app` (Socket Mode), the
+    callback alone."""
 
-    def __init__(self, app: App, rt: Runtime, secrets: Sequence[str], limits: Limits) -> None:
+    def __init__(
+        self, app: App | None, rt: Runtime, secrets: Sequence[str], limits: Limits
+    ) -> None:
         self.app = app
         self.rt = rt
         self.secrets = tuple(secrets)
@@ -240,14 +248,16 @@ class SlackEvents:
             # read (up to 256 kB) reach here
             await respond(send, 431, {"error": "headers too large"}, close=True)
             return
-        if method == "POST" and path == EVENTS_PATH:
+        if method == "GET" and path == oauth_callback.CALLBACK_PATH:
+            await self.oauth_callback(scope, send)
+        elif self.app is None:  # Socket Mode's port: the callback alone
+            await respond(send, 404, {"error": "not found"})
+        elif method == "POST" and path == EVENTS_PATH:
             await self.event(scope, receive, send)
         elif method in ("GET", "HEAD") and path == LIVE_PATH:
             await respond(send, 200, {"ok": True})
         elif method in ("GET", "HEAD") and path in (HEALTH_PATH, metrics.METRICS_PATH):
             await self.probe(path, send)
-        elif method == "GET" and path == oauth_callback.CALLBACK_PATH:
-            await self.oauth_callback(scope, send)
         else:
             await respond(send, 404, {"error": "not found"})
 
@@ -380,6 +390,7 @@ class SlackEvents:
 
     def dispatch(self, body: str, query: str, headers: dict[str, list[str]]) -> BoltResponse | None:
         """Bolt's dispatch (on a dispatch thread); None for a shape `envelope` missed."""
+        assert self.app is not None  # `route` sends events only where there is an app
         try:
             request = BoltRequest(body=body, query=query, headers=dict(headers.items()))
         except Exception:  # boundary: a shape `envelope` missed; answer rather than hang up
@@ -429,24 +440,24 @@ async def respond(
 
 
 class SlackHTTPServer:
-    """The server for `App`: bound at construction (so `port` is known at once), run by
-    `serve_forever` in the calling thread, stopped from any thread by `shutdown`."""
+    """The server for `App` (None: the OAuth callback alone, `callback_server`): bound at
+    construction (so `port` is known at once), run by `serve_forever` in the calling
+    thread, stopped from any thread by `shutdown`."""
 
     def __init__(
         self,
-        app: App,
+        app: App | None,
         rt: Runtime,
         address: tuple[str, int],
         *,
-        signing_secret: str | Sequence[str],
+        signing_secret: str | Sequence[str] = (),
         max_connections: int | None = None,
         request_seconds: float = Limits.request_seconds,
         limits: Limits | None = None,
     ) -> None:
         secrets = (signing_secret,) if isinstance(signing_secret, str) else tuple(signing_secret)
-        if not any(secrets):
+        if app is not None and not any(secrets):
             raise ValueError("the HTTP server needs the signing secret to verify Slack's requests")
-        self.app = app
         self.rt = rt
         self.limits = limits or Limits(
             request_seconds=request_seconds,
@@ -474,6 +485,13 @@ class SlackHTTPServer:
         self.server = uvicorn.Server(self.config)
         self._running = threading.Event()
         self._stopped = threading.Event()
+
+    @property
+    def app(self) -> App:
+        """The Bolt app it serves (not the callback server's: it has none)."""
+        if self.events.app is None:
+            raise AttributeError("the OAuth callback server serves no Bolt app")
+        return self.events.app
 
     @property
     def port(self) -> int:
@@ -504,3 +522,9 @@ class SlackHTTPServer:
         self.events.close()
         with contextlib.suppress(OSError):
             self.socket.close()
+
+
+def callback_server(rt: Runtime, address: tuple[str, int]) -> SlackHTTPServer:
+    """Socket Mode's HTTP server: `GET /oauth/callback` and nothing else, with the same
+    deadline, caps and thread pool as HTTP mode."""
+    return SlackHTTPServer(None, rt, address)

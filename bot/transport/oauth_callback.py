@@ -2,7 +2,8 @@
 connected (or refused). The page says what happened in words for them: the finishing code
 to enter in Slack, or why nothing was connected. Nothing the query carries is trusted:
 every check is worker/service/connections.py's `complete`, and the page escapes all it
-shows. Pages are never cached, and refer nowhere (the code must not leak in a Referer)."""
+shows. Pages are never cached, and refer nowhere (the code must not leak in a Referer).
+The console's own callback (switchboard/local_callback.py) answers with these pages too."""
 
 from __future__ import annotations
 
@@ -28,13 +29,18 @@ FINISH = (
     "for the person who pressed Connect):</p><p id=code><code>{code}</code></p>"
 )
 REFUSED = "<h1>Not connected</h1><p id=why>{why}</p>"
+CONNECTED = (
+    "<h1>Connected</h1><p id=connected>Your {label} account is connected. Close this page "
+    "and go back to the terminal.</p>"
+)
+TOO_LONG = "This link is too long to be a connection."
 
 
 def callback_page(rt: Runtime, query_string: str) -> tuple[int, str]:
     """The status and HTML of the page for this callback."""
-    if len(query_string) > MAX_QUERY_CHARS:
-        return 400, page(REFUSED.format(why="This link is too long to be a connection."))
-    query = {k: v[0] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
+    query = read_query(query_string)
+    if query is None:
+        return 400, refused_page(TOO_LONG)
     try:
         finished = connections.complete(
             rt,
@@ -44,9 +50,24 @@ def callback_page(rt: Runtime, query_string: str) -> tuple[int, str]:
             description=query.get("error_description", ""),
         )
     except connections.ConnectRefused as refused:
-        return 400, page(REFUSED.format(why=html.escape(str(refused))))
+        return 400, refused_page(str(refused))
     body = FINISH.format(code=html.escape(finished.code), minutes=finished.seconds // 60)
     return 200, page(body)
+
+
+def read_query(query_string: str) -> dict[str, str] | None:
+    """The callback's parameters (the first of each); None past MAX_QUERY_CHARS."""
+    if len(query_string) > MAX_QUERY_CHARS:
+        return None
+    return {k: v[0] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
+
+
+def refused_page(why: str) -> str:
+    return page(REFUSED.format(why=html.escape(why)))
+
+
+def connected_page(label: str) -> str:
+    return page(CONNECTED.format(label=html.escape(label)))
 
 
 def page(body: str) -> str:

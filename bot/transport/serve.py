@@ -4,7 +4,9 @@ In HTTP mode the server (`bot.transport.http_server`: uvicorn, with a whole-requ
 Slack's signature on the raw body before it reads anything (`bot.transport.signature`; 401
 otherwise), then the envelope (`bot.transport.envelope`; 400), and Bolt checks the signature again
 (`bot.transport.verification`, with every configured signing secret). Socket Mode needs neither, as
-the connection itself is authenticated with the app-level token.
+the connection itself is authenticated with the app-level token. With per-user connections
+set up, Socket Mode still opens `port` for people's browsers: `GET /oauth/callback` alone
+(`serve_callback`), where SWITCHBOARD_PUBLIC_URL must reach it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from bot.outbound.slack_surface import SlackSurface, with_rate_limit_retries
 from bot.state.identity import GROUPS_TTL, Identity, user_groups
 from bot.state.installations import Home, Installations
 from bot.state.threads import Threads
-from bot.transport.http_server import EVENTS_PATH, SlackHTTPServer
+from bot.transport.http_server import EVENTS_PATH, SlackHTTPServer, callback_server
+from bot.transport.oauth_callback import CALLBACK_PATH
 from bot.transport.payloads import request_kind
 from bot.transport.verification import SigningSecrets
+from tools.exceptions import OperatorError
 from worker import metrics, tracing
 from worker.runtime import Runtime
 
@@ -41,6 +45,10 @@ log = structlog.get_logger(__name__)
 LISTENER_THREADS = 8
 START_REDIS_SECONDS = 30.0  # how long start-up waits out a Redis that restarts or fails over
 START_HINT = "check SLACK_BOT_TOKEN (xoxb-...) and SLACK_API_URL"
+
+
+class CallbackPortError(OperatorError):
+    """Socket Mode cannot open the port for /oauth/callback (taken, or not ours to open)."""
 
 
 def build_app(
@@ -148,6 +156,7 @@ def serve(
         finally:
             server.server_close()
         return 0
+    callback = serve_callback(rt, ("0.0.0.0", port))
     handler = TimedSocketModeHandler(app, app_token)
     log.info("bot_started", mode="socket")
     try:
@@ -156,7 +165,28 @@ def serve(
         log.info("bot_stopping")
     finally:
         handler.close()
+        if callback is not None:
+            callback.shutdown()
+            callback.server_close()
     return 0
+
+
+def serve_callback(rt: Runtime, address: tuple[str, int]) -> SlackHTTPServer | None:
+    """Socket Mode with per-user connections: the provider sends people's browsers back to
+    SWITCHBOARD_PUBLIC_URL/oauth/callback, so that path (and no other) is served on
+    `address`, in a thread, until `shutdown`. None when connections are not set up."""
+    if rt.connections is None:
+        return None
+    try:
+        server = callback_server(rt, address)
+    except OSError as exc:
+        raise CallbackPortError(
+            f"cannot serve {CALLBACK_PATH} on port {address[1]}: {exc.strerror or exc}; "
+            "choose another --port (SWITCHBOARD_PUBLIC_URL must reach it)"
+        ) from exc
+    threading.Thread(target=server.serve_forever, name="oauth-callback", daemon=True).start()
+    log.info("oauth_callback_serving", port=server.port, path=CALLBACK_PATH)
+    return server
 
 
 def watch_policy(rt: Runtime) -> None:
