@@ -8,6 +8,8 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from worker.eventlog import EventLog
+from worker.events import EventKind
 from worker.run import Requester, Run, RunStatus
 from worker.store import RunStore
 
@@ -53,3 +55,26 @@ def test_a_save_that_keeps_the_status_removes_from_no_index(redis_conn):
     removals = redis_conn.info("commandstats")["cmdstat_zrem"]["calls"]
     assert removals == len(RunStatus) - 1  # a change of status leaves every other index
     assert indexes_holding(store, run.id) == {RunStatus.COMPLETED}
+
+
+def test_a_run_is_created_with_its_first_event_and_its_due_entry_in_one_transaction(redis_conn):
+    """A Redis that fails half-way through creating a run leaves nothing or a run the sweeper
+    finds: never a `queued` run with no due entry (found by the chaos soak)."""
+    store = RunStore(redis_conn, retention=3600)
+    run = Run(id="r-created", question="q", requester=Requester(user_id="U1"))
+    first = EventLog.encode(EventKind.RUN_CREATED, user="U1")
+    redis_conn.config_resetstat()
+    store.create(run, events=[first])
+    stats = redis_conn.info("commandstats")
+    assert stats["cmdstat_multi"]["calls"] == stats["cmdstat_exec"]["calls"] == 1
+    # the transaction's writes, TIME and ZSCORE inside the wake script, redis-py's SCRIPT EXISTS
+    allowed = ("set", "zadd", "zremrangebyscore", "expire", "rpush", "evalsha", "time", "zscore")
+    others = set(stats) - {"cmdstat_multi", "cmdstat_exec", "cmdstat_config", "cmdstat_script"}
+    assert others <= {f"cmdstat_{name}" for name in allowed}, others
+    assert redis_conn.zscore(store.keys.due, run.id) is not None
+    assert [e.kind for e in EventLog(redis_conn).read(run.id)] == [EventKind.RUN_CREATED]
+    assert 0 < redis_conn.ttl(store.keys.events(run.id)) <= 3600
+
+    waiting = Run(id="r-in-line", question="q", requester=Requester(user_id="U1"))
+    store.create(waiting, wake=False)  # waits in its person's line: not due until admitted
+    assert redis_conn.zscore(store.keys.due, waiting.id) is None

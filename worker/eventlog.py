@@ -29,8 +29,13 @@ class EventLog:
         # a run at a time, and each touches only its own run's list.
         self._held: dict[str, list[str]] = {}
 
+    @staticmethod
+    def encode(kind: EventKind, **data: Any) -> str:
+        """One event as the log keeps it (for a write that carries it, e.g. a run's creation)."""
+        return json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
+
     def append(self, run_id: str, kind: EventKind, **data: Any) -> None:
-        body = json.dumps({"k": kind, "at": round(time.time(), 3), **data}, default=str)
+        body = self.encode(kind, **data)
         held = self._held.get(run_id)
         if held is not None:
             held.append(body)

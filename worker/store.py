@@ -86,7 +86,11 @@ class RunStore:
         self._skip_lock = threading.Lock()
 
     # documents
-    def create(self, run: Run, *, wake: bool = True) -> None:
+    def create(self, run: Run, *, wake: bool = True, events: Sequence[str] = ()) -> None:
+        """The run, its indexes, its first `events` (encoded by EventLog) and, with `wake`, its
+        due entry, in one transaction: a Redis that fails half-way leaves either nothing or a
+        run the sweeper finds (a run created but neither due nor in its person's line would
+        sit `queued` for good: found by the chaos soak)."""
         user_key = self.keys.user_runs(run.requester.user_id)
         pipe = self.redis.pipeline(transaction=True)
         pipe.set(self.keys.run(run.id), run.to_json(), nx=True, ex=self.retention)
@@ -96,9 +100,12 @@ class RunStore:
         pipe.zremrangebyscore(user_key, 0, time.time() - self.retention)
         pipe.expire(user_key, self.retention)
         pipe.zadd(self.keys.status(run.status), {run.id: run.updated_at})
-        pipe.execute()
+        if events:
+            pipe.rpush(self.keys.events(run.id), *events)
+            pipe.expire(self.keys.events(run.id), self.retention)
         if wake:
-            self.wake(run.id)
+            self._wake(keys=[self.keys.due], args=[run.id], client=pipe)
+        pipe.execute()
 
     def load(self, run_id: str) -> Run:
         raw = self.redis.get(self.keys.run(run_id))

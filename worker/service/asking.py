@@ -76,9 +76,10 @@ def submit(
     )
     profiles.start(rt, run, agent)
     run.trace = tracing.new_run(len(text), run.profile.name if run.profile else None)
-    rt.store.create(run, wake=False)
-    rt.events.append(
-        run.id,
+    # Admitted first: the run is then created due (the sweeper queues it if the enqueue below
+    # is lost) or, waiting in line, not; created with its first event in one transaction.
+    admitted = rt.limits.admit(requester.user_id, run.id)
+    created = rt.events.encode(
         EventKind.RUN_CREATED,
         user=requester.user_id,
         channel=requester.channel_id,
@@ -87,8 +88,8 @@ def submit(
         parent=run.parent_id,
         profile=run.profile.name if run.profile else None,
     )
-    if rt.limits.admit(requester.user_id, run.id):
-        rt.store.wake(run.id)
+    rt.store.create(run, wake=admitted, events=[created])
+    if admitted:
         rt.enqueue_advance(run.id)
     else:
         ahead = rt.settings.limits.runs_in_flight
