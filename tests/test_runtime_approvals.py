@@ -259,3 +259,30 @@ def test_the_sweeper_expires_overdue_approvals_when_no_scheduler_did(
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
     assert TicketStore(tickets_db).count_executions("create_ticket") == 0
+
+
+def test_a_request_decided_before_the_run_was_saved_is_carried_out_not_waited_for(
+    redis_conn, model_server, tickets_db, tmp_path
+):
+    """The worker that asked posted the card and died before saving; the card was clicked;
+    the next worker, from the run as last saved, asks for the same request and finds it
+    decided: it runs the write (once) instead of waiting for a decision that was made."""
+    model_server.route("VPN", [CREATE, "Ticket filed."])
+    rt = make_runtime(redis_conn, model_server.url, policy_file=_policy(tmp_path))
+    run = _suspended(rt, model_server)
+    [approval_id] = run.pending_approvals
+    for call in run.turn:  # Redis holds the run as it was before the ask: the save was lost
+        call.approval_id = None
+    rt.store.save(run)
+    decided = service.decide(
+        rt,
+        approval_id,
+        decider_id="USUPPORT",
+        decider_roles=frozenset({"support"}),
+        approve=True,
+    )
+    assert decided.result == DecisionResult.DECIDED
+    work(rt)
+    run = rt.store.load(run.id)
+    assert run.status == RunStatus.COMPLETED, (run.status, run.detail)
+    assert TicketStore(tickets_db).count_executions("create_ticket") == 1

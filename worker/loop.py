@@ -435,10 +435,17 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
         if call.approval_id is None:
             granted = standing.cover(rt, run, call, approval_id_for(run, call, position))
             if granted is None:
-                asked.append(request_approval(rt, run, call, position))
-                continue
-            call.approval_id = granted.id
-            covered.append(granted)
+                asking = request_approval(rt, run, call, position)
+                if asking[0].status == ApprovalStatus.PENDING:
+                    asked.append(asking)
+                    continue
+                # Asked before, by a worker that stopped before saving, and decided since
+                # (the card was out): go on with the decision. Waiting for it again left the
+                # run suspended for good, as nothing wakes a decided request (found by the soak).
+            else:
+                call.approval_id = granted.id
+                covered.append(granted)
+        assert call.approval_id is not None  # asked (request_approval sets it), or granted
         request = rt.approvals.get(call.approval_id)
         if request.status == ApprovalStatus.PENDING:
             continue
