@@ -17,7 +17,7 @@ from tests.support.runtime import ALICE, make_runtime, tool_messages, work
 from tests.test_connections import TEAM, connect, with_connections
 from tools import ToolContext, tool
 from tools.registry import registry
-from worker import service
+from worker import metrics, service
 from worker.run import Requester, RunStatus
 from worker.runtime import Runtime
 from worker.service import connections
@@ -92,9 +92,11 @@ def test_alice_is_asked_to_connect_then_the_tool_acts_as_her_and_bobs_as_bob(
     work(rt)
     assert rt.store.load(bobs.id).status == RunStatus.COMPLETED
     assert tool_messages(model_server.last_chat_request)[-1] == "acting as bob"
-    # nothing a run recorded holds a token
+    # nothing a run recorded, and nothing the process exports as metrics, holds a token
     recorded = repr([e.data for run in (first, again, bobs) for e in rt.events.read(run.id)])
-    assert not [t for t in provider_server.people.issued if t in recorded]
+    exported = metrics.render(rt)[0].decode()
+    assert provider_server.people.issued and "tool" in exported
+    assert not [t for t in provider_server.people.issued if t in recorded or t in exported]
 
 
 def test_once_alice_connects_the_run_that_waited_goes_on_by_itself_as_her_and_only_once(
