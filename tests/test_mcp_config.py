@@ -11,7 +11,7 @@ import string
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mcp import types
 
@@ -285,6 +285,7 @@ def test_any_servers_document_loads_or_fails_with_one_config_error(servers: dict
         max_size=3,
     ),
 )
+@example(auth="per_user", extra={"scopes": [0]})  # unquoted: not text, refused (found in CI)
 def test_any_auth_label_and_scopes_load_as_a_per_user_server_or_fail_naming_the_line(
     auth: object, extra: dict
 ) -> None:

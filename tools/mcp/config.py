@@ -52,6 +52,7 @@ import yaml
 from tools.exceptions import McpConfigError
 from tools.yaml_nodes import BOOL as _BOOL
 from tools.yaml_nodes import NULL as _NULL
+from tools.yaml_nodes import STR as _STR
 from tools.yaml_nodes import Invalid as _Invalid
 from tools.yaml_nodes import NodeReader, compose
 from tools.yaml_nodes import is_null as _is_null
@@ -326,6 +327,10 @@ class _Reader(NodeReader):
         if len(items) > MAX_SCOPES:
             raise self.invalid(node, f"{where} lists {len(items)} scopes: at most {MAX_SCOPES}")
         for n, item in items:
+            if not (isinstance(item, yaml.ScalarNode) and item.tag == _STR):
+                # an OAuth scope is text: `0` or `true` unquoted would be read back changed
+                self.error(item, f"{where}[{n}] must be text (quote it)")
+                continue
             scope = self.text(item, f"{where}[{n}]", expand_variables=False)
             if not _SCOPE.match(scope):
                 self.error(item, f"{where}[{n}]: {scope[:40]!r} is not an OAuth scope")
