@@ -243,12 +243,12 @@ def test_a_bot_starting_while_redis_restarts_waits_for_it_instead_of_exiting(
 ) -> None:
     server = RedisServer(tmp_path / "redis", appendonly=True).start()
     conn = redis.Redis.from_url(server.url, socket_timeout=2)
+    back = threading.Timer(1.0, server.start)
     try:
         rt = make_runtime(conn, model_server.url)
         installations = Installations(conn, rt.settings.namespace)
         installations.revoke("T0001", "app_uninstalled")
         server.stop()  # Redis goes away as the bot starts, and is back a moment later
-        back = threading.Timer(1.0, server.start)
         back.start()
         with capture_logs() as logs:
             build_app(rt, bot_token=TOKEN, signing_secret=SECRET, api_url=env.slack.url)
@@ -256,6 +256,9 @@ def test_a_bot_starting_while_redis_restarts_waits_for_it_instead_of_exiting(
         assert "redis_unavailable_at_start" in [entry["event"] for entry in logs]
         assert not installations.revoked("T0001")
     finally:
+        back.cancel()  # a failure before the restart: never start it after the test
+        if back.ident is not None:
+            back.join()
         conn.close()
         server.stop()
 
