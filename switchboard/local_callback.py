@@ -12,7 +12,7 @@ After ours, whatever its outcome, the console closes the listener.
 
 Why uvicorn rather than the standard library's `http.server`: uvicorn is already a
 dependency (the bot's HTTP server), and through it this listener reuses that server's
-whole-request deadline and connection cap (`protocol_class`) and its `respond`, so a slow or
+whole-request deadline and connection cap (`server_config`) and its `respond`, so a slow or
 flooding local client cannot hold the console. `http.server` would need timeouts and thread
 handling of its own for the same.
 """
@@ -31,15 +31,7 @@ import structlog
 import uvicorn
 
 from bot.transport import oauth_callback
-from bot.transport.http_server import (
-    MAX_HEADERS,
-    Limits,
-    Receive,
-    Scope,
-    Send,
-    protocol_class,
-    respond,
-)
+from bot.transport.http_server import Limits, Receive, Scope, Send, respond, server_config
 from worker.runtime import Runtime
 from worker.service import connections
 from worker.service.connections import Connected, ConnectRefused
@@ -71,23 +63,7 @@ class LocalCallback:
         self._outcome: Outcome | None = None
         self._done = threading.Event()
         self._taken = threading.Lock()  # held by the one callback that finishes the flow
-        self.server = uvicorn.Server(
-            uvicorn.Config(
-                self,
-                http=protocol_class(LIMITS),
-                ws="none",
-                lifespan="off",
-                interface="asgi3",
-                loop="asyncio",
-                log_config=None,
-                access_log=False,
-                proxy_headers=False,
-                server_header=False,
-                timeout_keep_alive=LIMITS.idle_seconds,
-                timeout_graceful_shutdown=1,
-                h11_max_incomplete_event_size=MAX_HEADERS,
-            )
-        )
+        self.server = uvicorn.Server(server_config(self, LIMITS, graceful_seconds=1))
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
         )

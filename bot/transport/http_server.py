@@ -73,6 +73,7 @@ LOG_EVERY = 10.0  # seconds between two warnings of one kind (busy, timed out)
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,27 @@ def protocol_class(limits: Limits) -> type[_Protocol]:
             "timed_out": Tally("http_request_timeout", request_seconds=limits.request_seconds),
             "busy": Tally("http_busy", max_connections=limits.max_connections),
         },
+    )
+
+
+def server_config(app: ASGIApp, limits: Limits, *, graceful_seconds: int) -> uvicorn.Config:
+    """uvicorn as every server of ours runs it: our protocol (deadlines and caps), no
+    websockets, lifespan or logging of its own, no proxy headers (nothing here reads the
+    client's address), no Server header, keep-alive as the limits say."""
+    return uvicorn.Config(
+        app,
+        http=protocol_class(limits),
+        ws="none",
+        lifespan="off",
+        interface="asgi3",
+        loop="asyncio",
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        timeout_keep_alive=limits.idle_seconds,
+        timeout_graceful_shutdown=graceful_seconds,
+        h11_max_incomplete_event_size=MAX_HEADERS,
     )
 
 
@@ -467,21 +489,7 @@ class SlackHTTPServer:
         self.events = SlackEvents(app, rt, [s for s in secrets if s], self.limits)
         self.socket = socket.create_server(address, backlog=1024)
         self.socket.setblocking(False)
-        self.config = uvicorn.Config(
-            self.events,
-            http=protocol_class(self.limits),
-            ws="none",
-            lifespan="off",
-            interface="asgi3",
-            loop="asyncio",
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,  # nothing here reads the client's address
-            server_header=False,
-            timeout_keep_alive=self.limits.idle_seconds,
-            timeout_graceful_shutdown=5,
-            h11_max_incomplete_event_size=MAX_HEADERS,
-        )
+        self.config = server_config(self.events, self.limits, graceful_seconds=5)
         self.server = uvicorn.Server(self.config)
         self._running = threading.Event()
         self._stopped = threading.Event()
