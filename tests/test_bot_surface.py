@@ -52,6 +52,19 @@ def running(rt: Runtime, **origin: str) -> Run:
     return run
 
 
+def registered_surface(rt: Runtime, slack: FakeSlack) -> SlackSurface:
+    """The Slack surface as the runtime's: the sweeper's and the expiry's redraws reach it."""
+    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
+    rt.surfaces["slack"] = surface
+    return surface
+
+
+def assert_both_cards_expired(updates: list[dict]) -> None:
+    """The card in the thread and the one in the approvals channel say Expired, no buttons."""
+    assert {u["channel"] for u in updates} == {CHANNEL, APPROVALS}
+    assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
+
+
 def card_request(rt: Runtime, surface: SlackSurface) -> tuple[Run, str]:
     """A run with a create_ticket card in its thread and in the approvals channel."""
     run = running(rt)
@@ -116,8 +129,7 @@ def test_assistant_status_is_refreshed_while_the_run_works(rt: Runtime, slack: F
 def test_cards_go_to_the_thread_and_the_approvals_channel_and_expire_in_both(
     rt: Runtime, slack: FakeSlack, redis_conn: redis.Redis
 ) -> None:
-    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
-    rt.surfaces["slack"] = surface
+    surface = registered_surface(rt, slack)
     run, approval_id = card_request(rt, surface)
     cards = rt.approvals.get(approval_id).cards
     assert [c["channel"] for c in cards] == [CHANNEL, APPROVALS]
@@ -126,8 +138,7 @@ def test_cards_go_to_the_thread_and_the_approvals_channel_and_expire_in_both(
 
     assert jobs.expire(rt, approval_id) == "expired"  # the worker's expiry calls the surface
     updates = slack.calls("chat.update")
-    assert {u["channel"] for u in updates} == {CHANNEL, APPROVALS}
-    assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
+    assert_both_cards_expired(updates)
     assert rt.approvals.owed_cards(older_than=0) == []  # nothing left for the sweeper
     surface.close()
 
@@ -135,8 +146,7 @@ def test_cards_go_to_the_thread_and_the_approvals_channel_and_expire_in_both(
 def test_a_decision_whose_decider_died_before_redrawing_its_cards_is_redrawn_by_the_sweeper(
     rt: Runtime, slack: FakeSlack
 ) -> None:
-    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
-    rt.surfaces["slack"] = surface
+    surface = registered_surface(rt, slack)
     _, approval_id = card_request(rt, surface)
     assert rt.approvals.expire(approval_id).won  # the expiry job won, then was killed
     assert slack.calls("chat.update") == []  # both cards still offer Approve
@@ -144,8 +154,7 @@ def test_a_decision_whose_decider_died_before_redrawing_its_cards_is_redrawn_by_
 
     assert sweeper.redraw_owed_cards(rt, grace=0) == 1
     updates = slack.calls("chat.update")
-    assert {u["channel"] for u in updates} == {CHANNEL, APPROVALS}
-    assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
+    assert_both_cards_expired(updates)
     assert rt.approvals.owed_cards(older_than=0) == []  # drawn once: the debt is paid
     assert len(slack.calls("chat.update")) == 2
     surface.close()
@@ -154,8 +163,7 @@ def test_a_decision_whose_decider_died_before_redrawing_its_cards_is_redrawn_by_
 def test_a_card_slack_cannot_take_now_stays_owed_and_a_deleted_one_does_not(
     rt: Runtime, slack: FakeSlack
 ) -> None:
-    surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
-    rt.surfaces["slack"] = surface
+    surface = registered_surface(rt, slack)
     _, first = card_request(rt, surface)
     slack.fail("chat.update", "internal_error", times=1)  # Slack's trouble: try again later
     assert jobs.expire(rt, first) == "expired"
