@@ -90,7 +90,9 @@ def said_by(recorded: Recorded) -> Said:
 
 
 def ask(client: ModelClient, request: dict[str, Any], sink: KeptText | None) -> ModelTurn:
-    client.sampling = Sampling(tool_choice=request.get("tool_choice") or "")
+    client.sampling = Sampling(
+        tool_choice=request.get("tool_choice") or "", temperature=request.get("temperature")
+    )
     tools = request["body"].get("tools") or []
     return client.complete(
         request["messages"], tools, 120.0, sink, max_tokens=request["max_tokens"]
@@ -139,6 +141,7 @@ def test_a_recorded_reply_of_a_real_server_passes_through_the_adapter_unchanged(
     assert (
         sent["max_tokens"] == request["max_tokens"]
         and bool(sent.get("stream")) == request["stream"]
+        and sent.get("temperature") == request.get("temperature")
     )
 
 
@@ -181,5 +184,9 @@ def test_a_running_llama_server_answers_each_recorded_request_as_the_case_expect
         pytest.fail("set OPENAI_BASE_URL to a running llama-server (see bench/README.md)")
     request, _ = load_recording(path)
     client = ModelClient(model="local", api_key=None, base_url=base_url, max_retries=0)
-    sink = KeptText() if request["stream"] else None
-    shows_its_case(request["case"], ask(client, request, sink))
+    # A tiny model may need several tries for a tool call (bench/record_server.py `tries`).
+    for _ in range(request.get("tries", 1)):
+        turn = ask(client, request, KeptText() if request["stream"] else None)
+        if turn.calls or not request["case"].startswith("tool_call"):
+            break
+    shows_its_case(request["case"], turn)
