@@ -265,14 +265,17 @@ def plan(args: argparse.Namespace) -> Plan:
         delay=args.delay if args.delay is not None else (2.0 if large else 0.5),
         rounds=args.rounds or (1 if large else 3),
         processes=processes,
-        concurrency=args.concurrency or math.ceil(runs / processes),
+        concurrency=0 if args.defaults else args.concurrency or math.ceil(runs / processes),
         peers=[] if large or args.peers == "none" else args.peers.split(","),
         large=large,
     )
 
 
 def worker_args(concurrency: int) -> list[str]:
-    """`--concurrency N` (N RQ loops in threads per worker process) when the worker has it."""
+    """`--concurrency N` (N RQ loops in threads per worker process) when the worker has it;
+    nothing for 0 (`--defaults`: the worker's own default)."""
+    if not concurrency:
+        return []
     if common.worker_has_option("--concurrency"):
         return ["--concurrency", str(concurrency)]
     if concurrency > 1:
@@ -334,7 +337,9 @@ def run_rounds(
             f"{p.runs:,} fee questions x {MODEL_CALLS} model calls, {p.delay:g} s each: "
             f"ideal {p.ideal:.2f} s",
         )
-        row("Switchboard", f"{p.processes} x `switchboard worker {' '.join(flags)}`")
+        row(
+            "Switchboard", f"{p.processes} x `switchboard worker {' '.join(flags) or '(defaults)'}`"
+        )
         for side in sides[1:]:
             row(side.name, f"1 process, {p.runs:,} runs under asyncio.gather")
         sides[0].burst()  # warm-up (each peer warmed up with a burst in its child)
@@ -403,8 +408,9 @@ def report(
     versus = against_faster_peer(medians)
     if versus is None:
         print(
-            f"RESULT latency ({p.runs:,} runs, {p.processes} x {p.concurrency}): last answer "
-            f"after {sb.seconds:.2f} s = {sb.seconds / p.ideal:.2f}x the ideal {p.ideal:g} s; "
+            f"RESULT latency ({p.runs:,} runs, {p.processes} x {p.concurrency or 'default'}): "
+            f"last answer after {sb.seconds:.2f} s = {sb.seconds / p.ideal:.2f}x the ideal "
+            f"{p.ideal:g} s; "
             f"peak RSS {sb.peak_kib / 1024:.1f} MiB in all = {per_gib:.0f} runs in flight/GiB; "
             f"{requeue_verdict}"
         )
@@ -438,13 +444,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, help="measured bursts per side (3; --large 1)")
     parser.add_argument("--processes", type=int, help="Switchboard worker processes (1; 4)")
     parser.add_argument("--concurrency", type=int, help="runs per worker (runs / processes)")
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="the worker's default settings: no --concurrency (runs may wait for a slot)",
+    )
     parser.add_argument("--peers", default="agents,langgraph", help="comma-separated, or none")
     parser.add_argument("--large", action="store_true", help="1,000 runs, 4 x 250, 2 s, no peers")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--keep-logs", metavar="DIR", help="copy the worker logs to DIR")
     args = parser.parse_args()
     p = plan(args)
-    if p.processes * p.concurrency < p.runs:
+    if p.concurrency and p.processes * p.concurrency < p.runs:
         parser.error(f"{p.processes} x {p.concurrency} slots < {p.runs} runs: not all in flight")
 
     common.banner(

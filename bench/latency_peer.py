@@ -41,7 +41,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tools.builtin.calculator import calculate  # noqa: E402
-from tools.builtin.knowledge import knowledge_lookup  # noqa: E402
+from tools.builtin.knowledge import knowledge_lookup as _lookup  # noqa: E402
+from tools.context import ToolContext  # noqa: E402
+
+
+def knowledge_lookup(name: str) -> dict[str, Any]:
+    """Look up a course or policy by its name: fee, currency, prerequisites, description.
+
+    Args:
+        name: The course or policy name, e.g. "Django Fundamentals" or "Refund policy".
+    """
+    # Switchboard's own tool takes the controller's ToolContext first (the shipped catalog
+    # when its settings name no knowledge file); the peers' tools take only the model's
+    # arguments, so they get it through this function, with the tool's own docstring.
+    return _lookup(ToolContext(user_id="peer"), name)
+
 
 Ask = Callable[[], Awaitable[tuple[str, int]]]  # one run: (final answer, tool results)
 
