@@ -23,7 +23,7 @@ from worker.connections.tokens import Connections
 from worker.keys import Keys
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
-from worker.model import Model, ModelClient, Sampling
+from worker.model import Model, ModelClient, Sampling, pools_for
 from worker.policy_watch import PolicyWatcher
 from worker.profiles import load_instructions
 from worker.run import Budgets
@@ -273,6 +273,7 @@ def model_of(config: Config) -> ModelClient | None:
             tool_choice=config.model_tool_choice,
             parallel_tool_calls=config.model_parallel_tool_calls,
         ),
+        pools=pools_for(config.worker_concurrency),
     )
 
 

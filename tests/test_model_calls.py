@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from tests.support.redis_server import free_port
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until, work
 from worker import metrics, service
 from worker.library import Selector, TaskLibrary
-from worker.model import ModelClient, ModelError, Sampling
+from worker.model import POOL_THREADS, ModelClient, ModelError, Sampling, pools_for
 from worker.run import Budgets, EndReason, Run, RunStatus
 from worker.surface import SilentSurface
 
@@ -167,6 +168,44 @@ def test_the_knobs_are_sent_only_when_configured_and_the_tool_ones_only_with_too
     assert (with_tools["tool_choice"], with_tools["parallel_tool_calls"]) == ("required", False)
     assert with_tools["temperature"] == without["temperature"] == 0.2
     assert "tool_choice" not in without and "parallel_tool_calls" not in without
+
+
+def test_concurrent_callers_share_connection_pools_in_groups_each_keeping_its_own(
+    model_server: FakeOpenAI,
+) -> None:
+    # One pool for every slot serialized 1,000 slots on its lock (issue 28): the callers are
+    # spread over pools_for(n) pools, at most POOL_THREADS each, and keep theirs; a pooled
+    # client is the configured one (key, server, timeouts) but for its connections.
+    callers = 40
+    model_server.script = ["fine"] * callers
+    client = ModelClient(
+        model="gpt-fake", api_key="sk-pooled", base_url=model_server.url, pools=pools_for(callers)
+    )
+    start = threading.Barrier(callers)
+    used: dict[int, int] = {}
+    failures: list[BaseException] = []
+
+    def ask(i: int) -> None:
+        try:
+            start.wait(timeout=10)
+            pool = client._pooled()
+            turn = client.complete([{"role": "user", "content": "q"}], [], 5.0, max_tokens=8)
+            assert turn.content == "fine" and client._pooled() is pool
+            used[i] = id(pool)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not failures and len(used) == callers
+    per_pool = Counter(used.values())
+    assert len(per_pool) == pools_for(callers) == 3
+    assert max(per_pool.values()) <= POOL_THREADS
+    assert {r.headers.get("authorization") for r in model_server.requests} == {"Bearer sk-pooled"}
+    assert pools_for(1) == pools_for(POOL_THREADS) == 1 and pools_for(POOL_THREADS + 1) == 2
 
 
 @pytest.mark.parametrize(

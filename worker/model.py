@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -22,6 +24,17 @@ from worker.turns import ModelTurn, read_turn
 log = structlog.get_logger(__name__)
 
 DEADLINE_GRACE = 0.25  # seconds past a call's timeout before it is given up (worker.deadline)
+
+# Threads per HTTP connection pool. The pool (httpx's, under the SDK) does work proportional to
+# its connections and waiting requests, under one lock, at every request start and response
+# end: shared by 1,000 slots it was where 884 of 1,011 threads waited (issue 28). A pool per
+# group of threads keeps that work small and the lock mostly uncontended.
+POOL_THREADS = 16
+
+
+def pools_for(threads: int) -> int:
+    """How many connection pools `threads` concurrent callers get."""
+    return max(1, math.ceil(threads / POOL_THREADS))
 
 
 # Why a model request failed, for the metric and the log line (metrics.MODEL_ERROR_KINDS):
@@ -144,6 +157,7 @@ class ModelClient:
         read_timeout: float = 0.0,
         sampling: Sampling | None = None,
         watch_every: float = 5.0,
+        pools: int = 1,
     ) -> None:
         if not api_key and not base_url:
             raise ModelNotConfigured(NO_MODEL)
@@ -159,6 +173,19 @@ class ModelClient:
             timeout=openai.Timeout(timeout, connect=5.0),
             max_retries=max_retries,  # for other requests (embeddings); never for completions
         )
+        # Completions go through `pools` clients, the same but for their connection pools; a
+        # calling thread keeps the one it was first given (round-robin), so `pools_for(n)`
+        # pools serve n slot threads POOL_THREADS each. One TLS context for all of them: each
+        # pool building its own would load the CA bundle again.
+        self._pools = [self.client]
+        if pools > 1:
+            tls = httpx2.create_ssl_context()
+            self._pools += [
+                self.client.with_options(http_client=openai.DefaultHttpxClient(verify=tls))
+                for _ in range(pools - 1)
+            ]
+        self._next_pool = itertools.count()
+        self._thread = threading.local()
         url = self.client.base_url
         # Where the model server is, as logs may say it: host and port, never the key (a
         # header) nor anything else of the URL (a proxy's credentials, a query).
@@ -307,7 +334,7 @@ class ModelClient:
     ) -> ModelTurn:
         left = max(0.1, deadline - time.monotonic())
         read = min(self.read_timeout, left) if self.read_timeout else left
-        client = self.client.with_options(
+        client = self._pooled().with_options(
             timeout=openai.Timeout(read, connect=min(read, 5.0)), max_retries=0
         )
         guarded = CutOffSink(sink) if sink is not None else None
@@ -340,6 +367,14 @@ class ModelClient:
                 retryable=cut.retryable,
                 spent=self._spent(body, acc) if wrote else Spent(),
             ) from None
+
+    def _pooled(self) -> openai.OpenAI:
+        """The client whose connection pool this thread uses."""
+        client: openai.OpenAI | None = getattr(self._thread, "client", None)
+        if client is None:
+            client = self._pools[next(self._next_pool) % len(self._pools)]
+            self._thread.client = client
+        return client
 
     def _request(
         self,
