@@ -60,7 +60,7 @@ def add_worker(verbs: Any) -> None:
         "--concurrency",
         type=positive,
         metavar="N",
-        help="runs each process carries at once (default SWITCHBOARD_WORKER_CONCURRENCY, 32)",
+        help="runs each process carries at once (default SWITCHBOARD_WORKER_CONCURRENCY, 128)",
     )
     p.add_argument("--burst", action="store_true", help="stop when the queue is empty")
     p.add_argument(

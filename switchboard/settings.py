@@ -82,7 +82,7 @@ class Config(BaseSettings):
     # call, a few ms of CPU per step), so one process keeps many busy; 32 keeps the Redis
     # connections (one per idle slot, blocked in RQ's dequeue) and bursts of model calls
     # modest. Raise it for slow models; add processes to use more cores.
-    worker_concurrency: int = Field(32, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
+    worker_concurrency: int = Field(128, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
     # Per person (0 = no limit): questions being worked on at once (more wait in that
     # person's own line, so one burst does not hold up everyone else), questions a minute,
     # and model spend a day (UTC, in the price table's currency).
