@@ -10,6 +10,7 @@ an answer is flagged only for what no source has at all.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -128,16 +129,18 @@ class Known:
             source = source[:budget]
             budget -= len(source)
             texts.append(source)
-            texts += _json_strings(source)  # the values of a JSON result, unescaped
         self.numbers: set[Decimal] = set()
         self.tokens: set[str] = set()
-        self.each: list[tuple[set[str], set[Decimal]]] = []  # per text: for keys such as IT-41
-        for text in texts:
-            found, tokens = numbers(text), {t.casefold() for t in _TOKEN.findall(text)}
-            self.each.append((tokens, found))
-            self.numbers |= found
-            self.tokens |= tokens | {e.casefold() for e in _EMAIL.findall(text)}
-        self.phrases = " \n ".join(_normal(t) for t in texts)
+        # per text: for keys such as IT-41
+        self.each: list[tuple[frozenset[str], frozenset[Decimal]]] = []
+        phrases: list[str] = []
+        for source in texts:
+            for facts in _facts_of(source):
+                self.each.append((facts.tokens, facts.numbers))
+                self.numbers |= facts.numbers
+                self.tokens |= facts.tokens | facts.emails
+                phrases.append(facts.normal)
+        self.phrases = " \n ".join(phrases)
 
     def has_token(self, written: str) -> bool:
         return written.casefold() in self.tokens
@@ -153,6 +156,36 @@ class Known:
             return True
         parts = [p for p in re.split(rf"\s+{_CONNECTOR}\s+", wanted) if p]
         return len(parts) > 1 and all(p in self.phrases for p in parts)
+
+
+class _Facts:
+    """What one source text holds, in the forms `Known` compares with."""
+
+    __slots__ = ("emails", "normal", "numbers", "tokens")
+
+    def __init__(self, text: str) -> None:
+        self.numbers = frozenset(numbers(text))
+        self.tokens = frozenset(t.casefold() for t in _TOKEN.findall(text))
+        self.emails = frozenset(e.casefold() for e in _EMAIL.findall(text))
+        self.normal = _normal(text)
+
+
+CACHED_SOURCES, CACHED_CHARS = 64, 64_000  # the cache's bound: at most 4 M characters read
+
+
+def _facts_of(source: str) -> tuple[_Facts, ...]:
+    """The facts of a source and of each string in it when it is JSON (a tool result's
+    values, unescaped). Kept for the last sources seen up to CACHED_CHARS long: the
+    operator's instructions and the offered tools' descriptions are sources of every run,
+    and reading them again was most of a run's grounding check."""
+    return _cached_facts(source) if len(source) <= CACHED_CHARS else _read_facts(source)
+
+
+def _read_facts(source: str) -> tuple[_Facts, ...]:
+    return tuple(_Facts(text) for text in (source, *_json_strings(source)))
+
+
+_cached_facts = functools.lru_cache(maxsize=CACHED_SOURCES)(_read_facts)
 
 
 def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, bool]]:
