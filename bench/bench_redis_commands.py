@@ -1,0 +1,166 @@
+"""Redis commands per run, as Redis counts them, against raw RQ's cost of one job in the same run.
+
+Redis's `INFO commandstats` counts every command it executes: what clients send and what scripts
+run inside (a script's EVALSHA and each `redis.call` in it). Both sides run on one private
+Redis (or REDIS_URL, flushed), each measured from a `CONFIG RESETSTAT`:
+
+  Switchboard  ONE `python -m switchboard worker --concurrency 4` (production lease and sweep
+               timers, default settings otherwise) and this process as the bot
+               (`service.submit`); the fake model answers bench_loop's fee question (four model
+               calls, three tool calls) at once. Every run is checked: completed, 4 steps.
+  raw RQ       ONE bare RQ SimpleWorker process (JSON serializer, the same worker TTLs) and
+               this process enqueueing a no-op job per run, the least a run's one job costs.
+
+Both are warmed up, then given `--runs` (default 200) back to back. What this process sends to
+wait for the end (Switchboard: three ZMSCORE per poll, the status indexes; RQ: one ZCARD of
+the finished registry per poll) is counted here and left out, as are INFO and CONFIG; what
+the bot sends to submit, and what the worker does meanwhile (heartbeats, the sweeper), is in.
+Printed: commands per run, by command, and the ratio to RQ's per job. Target (issue 28):
+<= 60 commands per run, scripts included.
+
+    python bench/bench_redis_commands.py              # ~30 s
+    python bench/bench_redis_commands.py --runs 500 --json /tmp/commands.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import common
+import redis
+from common import FEE_QUESTION, FakeModelProcess, RawRQWorker, row
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from tests.support.runtime import ALICE, make_runtime
+from worker import service
+from worker.run import RunStatus
+from worker.runtime import Runtime
+
+TARGET = 60  # commands per run (issue 28)
+MODEL_CALLS = 4
+IGNORED = {"info", "config|resetstat", "config"}  # this process's reading of the counts
+
+
+def command_counts(conn: redis.Redis) -> Counter[str]:
+    """Calls per command since the last CONFIG RESETSTAT (`cmdstat_get` -> "get")."""
+    stats = conn.info("commandstats")
+    counts: Counter[str] = Counter()
+    for name, figures in stats.items():
+        command = name.removeprefix("cmdstat_")
+        if command not in IGNORED:
+            counts[command] = int(figures["calls"])
+    return counts
+
+
+def measured(
+    conn: redis.Redis, start: Callable[[], None], done: Callable[[], bool], own: str, per_poll: int
+) -> Counter[str]:
+    """The commands Redis ran from `start()` until `done()`, less the `per_poll` x `own`
+    commands each poll of `done` sent."""
+    conn.config_resetstat()
+    start()
+    polls = 1
+    while not done():
+        polls += 1
+        time.sleep(0.02)
+    counts = command_counts(conn)
+    counts[own] -= polls * per_poll
+    return +counts  # drops the zero entries
+
+
+def switchboard_side(rt: Runtime, runs: int) -> Counter[str]:
+    ids: list[str] = []
+    keys = [rt.store.keys.status(s) for s in (RunStatus.COMPLETED, RunStatus.PARTIAL)]
+    keys.append(rt.store.keys.status(RunStatus.FAILED))
+
+    def submit() -> None:
+        ids.extend(service.submit(rt, FEE_QUESTION, ALICE).id for _ in range(runs))
+
+    def ended() -> bool:
+        pipe = rt.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.zmscore(key, ids)
+        return sum(s is not None for scores in pipe.execute() for s in scores) >= len(ids)
+
+    counts = measured(rt.redis, submit, ended, "zmscore", len(keys))
+    for run_id in ids:
+        run = rt.store.load(run_id)
+        if run.status != RunStatus.COMPLETED or run.usage.steps != MODEL_CALLS:
+            raise SystemExit(f"run {run_id}: {run.status} after {run.usage.steps} steps")
+    return counts
+
+
+def rq_side(conn: redis.Redis, queue: Queue, runs: int) -> Counter[str]:
+    def enqueue() -> None:
+        for _ in range(runs):
+            queue.enqueue_call("bench.common.noop", result_ttl=3600, failure_ttl=3600)
+
+    key = queue.finished_job_registry.key
+    before = int(conn.zcard(key))  # kept an hour (result_ttl): none expires meanwhile
+
+    def finished() -> bool:
+        return int(conn.zcard(key)) >= before + runs
+
+    return measured(conn, enqueue, finished, "zcard", 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200, help="runs (and RQ jobs) measured")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+    common.banner("bench_redis_commands: Redis commands per run, scripts included")
+    with common.workdir("sb-commands-") as tmp, common.redis_server(tmp) as url:
+        conn = redis.Redis.from_url(url)
+        fake = FakeModelProcess(validate=False)
+        workers = common.switchboard_workers(1, url, fake.url, tmp, "--concurrency", "4")
+        rq_worker = RawRQWorker(url, "bench-raw", tmp / "rq.log")
+        try:
+            rt = make_runtime(conn, fake.url)
+            common.wait_for_workers(conn, rt.queue.name, 1)
+            queue = Queue("bench-raw", connection=conn, serializer=JSONSerializer)
+            common.wait_for_workers(conn, "bench-raw", 1)
+            switchboard_side(rt, 8)  # warm-up: scripts loaded, connections made
+            rq_side(conn, queue, 8)
+            sb = switchboard_side(rt, args.runs)
+            rq = rq_side(conn, queue, args.runs)
+        finally:
+            for worker in workers:
+                worker.stop()
+            rq_worker.stop()
+            fake.stop()
+    report(sb, rq, args.runs, args.json)
+    return 0
+
+
+def report(sb: Counter[str], rq: Counter[str], runs: int, json_path: str | None) -> None:
+    per_run, per_job = sum(sb.values()) / runs, sum(rq.values()) / runs
+    row("runs", f"{runs} fee questions ({MODEL_CALLS} model calls, 3 tool calls each)")
+    row("Switchboard, per run", f"{per_run:6.1f} commands")
+    for command, calls in sb.most_common(16):
+        row(f"  {command}", f"{calls / runs:6.2f}   (raw RQ {rq.get(command, 0) / runs:5.2f})")
+    row("raw RQ, per no-op job", f"{per_job:6.1f} commands")
+    row("Switchboard run / RQ job", f"{per_run / per_job:6.2f}x")
+    met = common.verdict(per_run <= TARGET)
+    print(
+        f"RESULT redis commands: {per_run:.1f} per run = {per_run / per_job:.2f}x raw RQ's "
+        f"{per_job:.1f} per no-op job (target <= {TARGET} per run: {met})"
+    )
+    common.dump_json(
+        json_path,
+        {
+            "runs": runs,
+            "per_run": per_run,
+            "per_rq_job": per_job,
+            "switchboard": dict(sb),
+            "rq": dict(rq),
+        },
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
