@@ -22,7 +22,7 @@ from tools.policy import Policy
 from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
-from worker.limits import Limits
+from worker.limits import Limits, PersonLimits
 from worker.process import make_worker
 from worker.run import EndReason, Requester, RunStatus
 from worker.runtime import Runtime
@@ -215,3 +215,21 @@ def test_any_limits_section_loads_within_bounds_or_is_refused(values: dict) -> N
     for name, value in policy.limits.items():
         assert 0 <= value <= {"runs_in_flight": 1000, "runs_per_minute": 10_000}.get(name, 1e6)
         Limits(**{name: value})  # type: ignore[arg-type]
+
+
+def test_the_calls_in_flight_keep_a_time_to_live_however_their_entries_come_and_go(redis_conn):
+    # The hash's time to live is set only when a call finds it empty (issue 28: one command
+    # less per model call); a hash whose entries all went stale is such a hash too.
+    limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
+    calls = limits._call_keys("U1")[1]
+    assert limits.begin_call("U1", "r1") is None
+    assert 0 < redis_conn.ttl(calls) <= 172800
+    redis_conn.expire(calls, 60)
+    assert limits.begin_call("U1", "r2") is None  # another entry is kept: its TTL stays
+    assert 0 < redis_conn.ttl(calls) <= 60
+    redis_conn.persist(calls)
+    redis_conn.hset(calls, mapping={"r1": "1|0", "r2": "1|0"})  # stale long ago
+    assert limits.begin_call("U1", "r3") is None
+    assert redis_conn.hkeys(calls) == [b"r3"] and 0 < redis_conn.ttl(calls) <= 172800
+    limits.end_call("U1", "r3")
+    assert not redis_conn.exists(calls)

@@ -25,13 +25,20 @@ RUN_IDS = itertools.count()
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(st.sampled_from(list(RunStatus)), min_size=1, max_size=12))
-def test_after_any_sequence_of_saves_the_run_is_in_its_status_index_alone(redis_conn, statuses):
+@given(
+    st.lists(st.tuples(st.sampled_from(list(RunStatus)), st.booleans()), min_size=1, max_size=12)
+)
+def test_after_any_sequence_of_saves_the_run_is_in_its_status_index_alone(redis_conn, saves):
+    # Each save from the object saved last, or from the run as loaded, or from its document
+    # read without the store (which does not know the index the run is in).
     store = RunStore(redis_conn, retention=3600)
     run = Run(id=f"r-{next(RUN_IDS)}", question="q", requester=Requester(user_id="U1"))
     store.create(run)
     assert indexes_holding(store, run.id) == {RunStatus.QUEUED}
-    for status in statuses:
+    for i, (status, reread) in enumerate(saves):
+        if reread:
+            raw = redis_conn.get(store.keys.run(run.id))
+            run = store.load(run.id) if i % 2 else Run.from_json(raw)
         run.status = status
         store.save(run)
         assert indexes_holding(store, run.id) == {status}
@@ -53,8 +60,35 @@ def test_a_save_that_keeps_the_status_removes_from_no_index(redis_conn):
     run.status = RunStatus.COMPLETED
     store.save(run)
     removals = redis_conn.info("commandstats")["cmdstat_zrem"]["calls"]
-    assert removals == len(RunStatus) - 1  # a change of status leaves every other index
+    assert removals == 1  # a change of status leaves the index it was in, known here
     assert indexes_holding(store, run.id) == {RunStatus.COMPLETED}
+    # a run read without the store does not know where it is indexed: it leaves every other
+    unknown = Run.from_json(redis_conn.get(store.keys.run(run.id)))
+    unknown.status = RunStatus.PARTIAL
+    redis_conn.config_resetstat()
+    store.save(unknown)
+    assert redis_conn.info("commandstats")["cmdstat_zrem"]["calls"] == len(RunStatus) - 1
+    assert indexes_holding(store, run.id) == {RunStatus.PARTIAL}
+
+
+def test_the_run_and_its_log_keep_a_time_to_live_however_they_are_saved(redis_conn):
+    store = RunStore(redis_conn, retention=3600)
+    run = Run(id="r-ttl", question="q", requester=Requester(user_id="U1"))
+    event = EventLog.encode(EventKind.RUN_CREATED, user="U1")
+    store.create(run, events=[event])
+    run.status = RunStatus.RUNNING
+    store.save(run, events=[event])  # a change of status: both renewed
+    redis_conn.expire(store.keys.run(run.id), 60)
+    redis_conn.expire(store.keys.events(run.id), 60)
+    store.save(run, events=[event])  # the same status: the run's renewed, the log's kept
+    assert 3590 < redis_conn.ttl(store.keys.run(run.id)) <= 3600
+    assert 0 < redis_conn.ttl(store.keys.events(run.id)) <= 60
+    redis_conn.delete(store.keys.events(run.id))
+    store.save(run, events=[event])  # a log begun by this save gets the run's time to live
+    assert 3590 < redis_conn.ttl(store.keys.events(run.id)) <= 3600
+    run.status = RunStatus.COMPLETED
+    store.save(run)
+    assert 3590 < redis_conn.ttl(store.keys.events(run.id)) <= 3600
 
 
 def test_a_run_is_created_with_its_first_event_and_its_due_entry_in_one_transaction(redis_conn):

@@ -73,18 +73,21 @@ local cap = tonumber(ARGV[1])
 if spent >= cap then return 0 end
 local entries = redis.call('HGETALL', KEYS[2])
 local reserved = 0
+local kept = 0
 for i = 1, #entries, 2 do
   local started, estimate = string.match(entries[i + 1], '^([^|]+)|([^|]+)$')
   if not started or tonumber(started) < tonumber(ARGV[4]) then
     redis.call('HDEL', KEYS[2], entries[i])
-  elseif entries[i] ~= ARGV[2] then
-    reserved = reserved + tonumber(estimate)
+  else
+    kept = kept + 1
+    if entries[i] ~= ARGV[2] then reserved = reserved + tonumber(estimate) end
   end
 end
 if reserved > 0 and spent + reserved >= cap then return 0 end
 local estimate = redis.call('GET', KEYS[3]) or '0'
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
-redis.call('EXPIRE', KEYS[2], 172800)
+-- a hash that kept an entry still has the time to live it was made with
+if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
 return 1
 """
 
