@@ -27,11 +27,13 @@ imports only their framework and the two tools (not Redis, RQ or the worker). Fo
 and round the fake counts the chat requests it answered, by turn index: 100 of each of turns
 0-3 (4 model calls per run, no retries), or the report says otherwise.
 
-Memory: peak RSS = VmHWM from /proc/PID/status after the burst, reset to the current RSS just
-before it (5 written to /proc/PID/clear_refs), summed over the side's processes (with several
-workers, a sum of peaks: an upper bound of their simultaneous total); "at rest" = VmRSS just
-before. Runs in flight per GiB = runs / peak RSS in GiB. Targets (issue): Switchboard's time
-<= 1.1x the faster peer's, its peak RSS <= 1.2x that peer's, >= 700 runs in flight per GiB.
+Memory and CPU: Switchboard's are its workers' and its Redis server's (when it runs here),
+the peers' their one process's. Peak RSS = VmHWM from /proc/PID/status after the burst, reset
+to the current RSS just before it (5 written to /proc/PID/clear_refs), summed over the side's
+processes (with several, a sum of peaks: an upper bound of their simultaneous total); "at
+rest" = VmRSS just before. Runs in flight per GiB = runs / peak RSS in GiB. Targets (issue):
+Switchboard's time <= 1.1x the faster peer's, its peak RSS <= 1.2x that peer's, >= 700 runs in
+flight per GiB.
 Also counted: `sweeper_requeue` lines in the workers' JSON logs (target 0: no run in flight
 taken for abandoned), and the CPU each side and the fake model used during each burst.
 
@@ -105,7 +107,9 @@ class SwitchboardSide:
 
     def __init__(self, rt: Runtime, workers: list[WorkerProcess], runs: int) -> None:
         self.rt, self.workers, self.runs = rt, workers, runs
-        self.pids = [w.pid for w in workers]
+        # a deployment's processes: the workers and Redis (this process plays the bot, with
+        # the benchmark's own code beside it: not counted)
+        self.pids = [w.pid for w in workers] + local_redis_pid(rt.redis)
 
     def burst(self) -> dict[str, float]:
         offsets = [w.log.stat().st_size for w in self.workers]
@@ -206,6 +210,16 @@ class PeerSide:
 
 
 Side = SwitchboardSide | PeerSide
+
+
+def local_redis_pid(conn: redis.Redis) -> list[int]:
+    """[the Redis server's pid] when it runs on this machine (it says its pid, and /proc
+    has a redis-server of that pid), else [] (REDIS_URL elsewhere: its memory is not seen)."""
+    pid = int(conn.info("server").get("process_id", 0))
+    try:
+        return [pid] if pid and "redis" in psutil.Process(pid).name() else []
+    except psutil.Error:
+        return []
 
 
 def cpu_seconds(pids: list[int]) -> float:

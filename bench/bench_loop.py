@@ -94,7 +94,11 @@ def build_agent(rt: Any, model_url: str) -> Any:
     for name in rt.policy.allowed_tools(frozenset(ALICE.roles)):
         spec = rt.registry.get(name).openai_spec()["function"]
         if name in typed:
-            tools.append(function_tool(typed[name], description_override=spec["description"]))
+            tools.append(
+                function_tool(
+                    typed[name], name_override=name, description_override=spec["description"]
+                )
+            )
         else:
 
             async def never(_ctx: Any, _args: str, name: str = name) -> str:
