@@ -213,6 +213,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fork", action="store_true", help="also measure RQ's fork-per-job Worker")
     parser.add_argument("--no-agents", action="store_true", help="skip the openai-agents reference")
+    parser.add_argument(
+        "--concurrency", type=int, help="runs per Switchboard worker (default: the worker's)"
+    )
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--agents-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -228,7 +231,8 @@ def main() -> int:
         fake = FakeModelProcess(validate=False)
         conn = redis.Redis.from_url(url)
         rt = make_runtime(conn, fake.url)
-        sb_workers = common.switchboard_workers(2, url, fake.url, tmp)
+        flags = ["--concurrency", str(args.concurrency)] if args.concurrency else []
+        sb_workers = common.switchboard_workers(2, url, fake.url, tmp, *flags)
         rq_workers = [RawRQWorker(url, NOOP_QUEUE, tmp / f"rq-{i}.log") for i in range(2)]
         fork_workers: list[Any] = []
         try:
