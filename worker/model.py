@@ -177,12 +177,13 @@ class ModelClient:
         # calling thread keeps the one it was first given (round-robin), so `pools_for(n)`
         # pools serve n slot threads POOL_THREADS each. One TLS context for all of them: each
         # pool building its own would load the CA bundle again.
-        self._pools = [self.client]
-        if pools > 1:
+        self.pools = max(1, pools)
+        self._more: list[openai.OpenAI] = []  # pools 1.. (pool 0 is `self.client` itself)
+        if self.pools > 1:
             tls = httpx2.create_ssl_context()
-            self._pools += [
+            self._more = [
                 self.client.with_options(http_client=openai.DefaultHttpxClient(verify=tls))
-                for _ in range(pools - 1)
+                for _ in range(self.pools - 1)
             ]
         self._next_pool = itertools.count()
         self._thread = threading.local()
@@ -370,11 +371,10 @@ class ModelClient:
 
     def _pooled(self) -> openai.OpenAI:
         """The client whose connection pool this thread uses."""
-        client: openai.OpenAI | None = getattr(self._thread, "client", None)
-        if client is None:
-            client = self._pools[next(self._next_pool) % len(self._pools)]
-            self._thread.client = client
-        return client
+        pool: int | None = getattr(self._thread, "pool", None)
+        if pool is None:
+            pool = self._thread.pool = next(self._next_pool) % self.pools
+        return self._more[pool - 1] if pool else self.client
 
     def _request(
         self,
