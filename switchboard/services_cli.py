@@ -122,11 +122,12 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
     child = ["worker", "--concurrency", str(config.worker_concurrency), "--grace", str(grace)]
     supervisor = Supervisor(child_env(rt, config))
-    for n in range(args.processes):
-        port = ["--metrics-port", str(args.metrics_port + n)] if args.metrics_port else []
-        burst = ["--burst"] if args.burst else []
-        supervisor.start(f"worker-{n + 1}", [*child, *port, *burst])
-    return supervisor.watch(restart=not args.burst)
+    with supervisor.signals():  # before the children start: a Ctrl-C meanwhile stops them
+        for n in range(args.processes):
+            port = ["--metrics-port", str(args.metrics_port + n)] if args.metrics_port else []
+            burst = ["--burst"] if args.burst else []
+            supervisor.start(f"worker-{n + 1}", [*child, *port, *burst])
+        return supervisor.watch(restart=not args.burst)
 
 
 def cmd_chat(config: Config, args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ restart can fix: then everything stops with that error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,11 +103,21 @@ class Supervisor:
         child.proc = self._spawn(child.args, child.log)
         log.info("child_restarted", child=child.name, pid=child.proc.pid)
 
+    @contextlib.contextmanager
+    def signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM ask the supervisor to stop (`watch` then stops the children), from
+        here on: entered before the children start, a Ctrl-C while they do is not lost as a
+        KeyboardInterrupt that leaves them behind."""
+        previous = _handle(STOP_SIGNALS, self._on_signal)
+        try:
+            yield
+        finally:
+            _restore(previous)
+
     def watch(self, *, restart: bool = True) -> int:
         """Until a signal, restart children that exit, with backoff. With `restart=False`
         (burst workers), wait for every child to finish instead."""
-        previous = _handle(STOP_SIGNALS, self._on_signal)
-        try:
+        with self.signals():
             while not self.stopping:
                 if not restart and not any(c.alive for c in self.children.values()):
                     return max(c.proc.returncode for c in self.children.values())
@@ -114,8 +125,6 @@ class Supervisor:
                     self._tend()
                 time.sleep(0.1)
             self.stop()
-        finally:
-            _restore(previous)
         return CONFIG_EXIT if self.failed else 0
 
     def _tend(self) -> None:
