@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field
 
 SCHEMA_VERSION = 1
 
@@ -220,10 +220,6 @@ class Run(BaseModel):
     # The run's W3C trace context (worker/tracing.py): `traceparent` names the run's span,
     # `parent` the span it was asked in. {}: traces were off when it was created.
     trace: dict[str, str] = Field(default_factory=dict)
-    # Not stored: the status index this run is in, as this process last read or wrote it
-    # (None: not known). A save that changes the status then leaves that index alone, not
-    # every other one (RunStore.save).
-    _indexed: RunStatus | None = PrivateAttr(default=None)
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Run:

@@ -16,8 +16,7 @@ from worker.eventlog import MAX_EVENTS_PER_RUN
 from worker.keys import Keys
 from worker.run import Run, RunSchemaError, RunStatus, migrate
 
-# KEYS: doc, lease, new status index, events, cancel mark, then the status indexes the run
-# may be in (the one it was in, when known; else every other one).
+# KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
 # events the log keeps, then events to append.
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite.
@@ -25,29 +24,38 @@ from worker.run import Run, RunSchemaError, RunStatus, migrate
 # a cancellation from its own save instead of asking at every step.
 _SAVE = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+-- ZADD answers 1 only when the run was not in this status's index: its status changed (a save
+-- that keeps it, most of them, costs this one command). It then leaves the index of the
+-- status its stored document has, read from the document's first bytes before it is
+-- overwritten (the status is its third field); every other index when that cannot be read.
+if redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1 then
+  local head = redis.call('GETRANGE', KEYS[1], 0, 255)
+  local was = string.match(head, '"status"%s*:%s*"([%w_]+)"')
+  local left = false
+  if was then
+    for i = 6, #KEYS do
+      if string.sub(KEYS[i], -(#was + 1)) == ':' .. was then
+        redis.call('ZREM', KEYS[i], ARGV[3])
+        left = true
+      end
+    end
+  end
+  if not left then
+    for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+  end
+end
 local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ttl)
 else
   redis.call('SET', KEYS[1], ARGV[2])
 end
-local new_log = false
 if #ARGV > 6 then
-  local length = redis.call('RPUSH', KEYS[4], unpack(ARGV, 7))
-  new_log = length == #ARGV - 6
-  if length > tonumber(ARGV[6]) then
+  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 7)) > tonumber(ARGV[6]) then
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
   end
 end
--- ZADD answers 1 only when the run was not in this status's index: its status changed, so it
--- leaves the index it was in (a save that keeps the status, most of them, costs this one
--- command). The log's time to live is renewed then, as the run's is at every save: between
--- two status changes a run is within one step's deadline, far inside the retention.
-local moved = redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1
-if moved then
-  for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
-end
-if ttl > 0 and (moved or new_log) then redis.call('EXPIRE', KEYS[4], ttl) end
+if ttl > 0 then redis.call('EXPIRE', KEYS[4], ttl) end
 return {1, redis.call('GET', KEYS[5])}
 """
 
@@ -119,9 +127,7 @@ class RunStore:
         raw = self.redis.get(self.keys.run(run_id))
         if raw is None:
             raise RunNotFound(run_id)
-        run = Run.from_json(raw)
-        run._indexed = run.status
-        return run
+        return Run.from_json(raw)
 
     def find(self, run_id: str) -> Run | None:
         try:
@@ -133,12 +139,7 @@ class RunStore:
         """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
         by EventLog) to its log, in one script. Returns who asked to cancel it, if anyone."""
         run.updated_at = time.time()
-        was = run._indexed
-        if was is None:
-            others = [self.keys.status(s) for s in RunStatus if s != run.status]
-        else:
-            others = [self.keys.status(was)] if was != run.status else []
-        run._indexed = None  # until the save is known to have happened
+        others = [self.keys.status(s) for s in RunStatus if s != run.status]
         # Every run expires `retention` after its last save, finished or not: a run nothing
         # advances any more (its approvals expired long ago, its worker gone) is not kept forever.
         ttl = self.retention
@@ -163,7 +164,6 @@ class RunStore:
         )
         if not saved:
             raise LeaseLost(run.id)
-        run._indexed = run.status
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
 
