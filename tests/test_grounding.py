@@ -16,7 +16,7 @@ from tests.support.runtime import ALICE, make_runtime, work
 from tests.support.slack_bot import ALICE as SLACK_ALICE
 from tests.support.slack_bot import CHANNEL, BotEnv, texts
 from worker import service
-from worker.grounding import check
+from worker.grounding import KEPT_SOURCES, _kept_facts, check
 from worker.run import RunStatus
 
 TICKET = json.dumps({"id": 41, "project": "IT", "title": "Laptop will not charge"})
@@ -63,6 +63,23 @@ def test_unicode_escaped_json_results_count_as_their_text():
 def test_the_check_never_raises_and_flags_only_what_the_answer_says(answer, sources):
     found = check(answer, sources)
     assert all(isinstance(f, str) and f and f in answer for f in found.facts)
+
+
+fact_text = st.lists(
+    st.sampled_from(["Python Basics", "IT-41", "2999", "$39.99", '{"fee": 1999}', "x", " "]),
+    max_size=6,
+).map(" ".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(fact_text, st.lists(fact_text, max_size=3), st.lists(fact_text, max_size=3))
+def test_standing_sources_count_as_sources_and_only_they_are_kept(answer, sources, standing):
+    # The instructions and tool descriptions are read once and kept (issue 28); a tool
+    # result is not kept, however often it is checked.
+    assert check(answer, sources, standing) == check(answer, [*sources, *standing])
+    before = _kept_facts.cache_info().currsize
+    check(answer, [f"{answer} {n}" for n in range(KEPT_SOURCES + 2)])
+    assert _kept_facts.cache_info().currsize == before <= KEPT_SOURCES
 
 
 words = st.sampled_from(

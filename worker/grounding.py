@@ -79,10 +79,12 @@ def untraceable(answer: str, sources: Iterable[str]) -> list[str]:
     return check(answer, sources).numbers
 
 
-def check(answer: str, sources: Iterable[str]) -> Grounding:
-    """Every fact in `answer` that none of `sources` has (see the module's docstring)."""
+def check(answer: str, sources: Iterable[str], standing: Iterable[str] = ()) -> Grounding:
+    """Every fact in `answer` that none of `sources` and `standing` has (see the module's
+    docstring). `standing` are the sources every run has (the operator's instructions, the
+    offered tools' descriptions): what they hold is read once and kept."""
     answer = answer[:MAX_TEXT]
-    known = Known(sources)
+    known = Known(sources, standing)
     identifiers: dict[str, None] = {}  # in the order found, once each
     pieces: list[str] = []  # the answer with its identifiers blanked: their digits are no figures
     at = 0
@@ -120,22 +122,25 @@ def check(answer: str, sources: Iterable[str]) -> Grounding:
 class Known:
     """What the sources say, in the forms an answer is compared with."""
 
-    def __init__(self, sources: Iterable[str]) -> None:
-        texts: list[str] = []
+    def __init__(self, sources: Iterable[str], standing: Iterable[str] = ()) -> None:
+        texts: list[tuple[str, bool]] = []  # (text, kept)
         budget = MAX_TEXT
-        for source in sources:
+        for source, kept in itertools.chain(
+            zip(sources, itertools.repeat(False)), zip(standing, itertools.repeat(True))
+        ):
             if budget <= 0:
                 break
             source = source[:budget]
             budget -= len(source)
-            texts.append(source)
+            texts.append((source, kept))
         self.numbers: set[Decimal] = set()
         self.tokens: set[str] = set()
         # per text: for keys such as IT-41
         self.each: list[tuple[frozenset[str], frozenset[Decimal]]] = []
         phrases: list[str] = []
-        for source in texts:
-            for facts in _facts_of(source):
+        for source, kept in texts:
+            read = _kept_facts if kept and len(source) <= KEPT_CHARS else _read_facts
+            for facts in read(source):
                 self.each.append((facts.tokens, facts.numbers))
                 self.numbers |= facts.numbers
                 self.tokens |= facts.tokens | facts.emails
@@ -170,22 +175,18 @@ class _Facts:
         self.normal = _normal(text)
 
 
-CACHED_SOURCES, CACHED_CHARS = 64, 64_000  # the cache's bound: at most 4 M characters read
-
-
-def _facts_of(source: str) -> tuple[_Facts, ...]:
-    """The facts of a source and of each string in it when it is JSON (a tool result's
-    values, unescaped). Kept for the last sources seen up to CACHED_CHARS long: the
-    operator's instructions and the offered tools' descriptions are sources of every run,
-    and reading them again was most of a run's grounding check."""
-    return _cached_facts(source) if len(source) <= CACHED_CHARS else _read_facts(source)
-
-
 def _read_facts(source: str) -> tuple[_Facts, ...]:
+    """The facts of a source and of each string in it when it is JSON (a tool result's
+    values, unescaped)."""
     return tuple(_Facts(text) for text in (source, *_json_strings(source)))
 
 
-_cached_facts = functools.lru_cache(maxsize=CACHED_SOURCES)(_read_facts)
+# The standing sources' facts, kept: reading them again at every run was most of a run's
+# grounding check. Bounded: 8 texts of at most 64,000 characters (~2.4 MiB of facts each at
+# the ~38 bytes per character measured for a JSON document; instructions and tool lists are
+# a few thousand characters).
+KEPT_SOURCES, KEPT_CHARS = 8, 64_000
+_kept_facts = functools.lru_cache(maxsize=KEPT_SOURCES)(_read_facts)
 
 
 def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, bool]]:

@@ -209,8 +209,8 @@ def check_grounding(rt: Runtime, run: Run, specs: list[dict[str, Any]]) -> None:
     sources = [
         str(m.get("content") or "") for m in run.messages if m.get("role") in ("tool", "user")
     ]
-    sources += [run.instructions, json.dumps(specs, ensure_ascii=False)]
-    run.grounding = grounding.check(run.answer or "", sources)
+    standing = [run.instructions, json.dumps(specs, ensure_ascii=False)]
+    run.grounding = grounding.check(run.answer or "", sources, standing)
     run.ungrounded = run.grounding.facts
     if run.ungrounded:
         rt.events.append(
