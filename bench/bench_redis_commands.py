@@ -11,7 +11,8 @@ Redis (or REDIS_URL, flushed), each measured from a `CONFIG RESETSTAT`:
   raw RQ       ONE bare RQ SimpleWorker process (JSON serializer, the same worker TTLs) and
                this process enqueueing a no-op job per run, the least a run's one job costs.
 
-Both are warmed up, then given `--runs` (default 200) back to back. What this process sends to
+Each is measured with only its own worker running (an idle worker sends commands too), warmed
+up, then given `--runs` (default 200) back to back. What this process sends to
 wait for the end (Switchboard: three ZMSCORE per poll, the status indexes; RQ: one ZCARD of
 the finished registry per poll) is counted here and left out, as are INFO and CONFIG; what
 the bot sends to submit, and what the worker does meanwhile (heartbeats, the sweeper), is in.
@@ -118,21 +119,23 @@ def main() -> int:
         conn = redis.Redis.from_url(url)
         fake = FakeModelProcess(validate=False)
         workers = common.switchboard_workers(1, url, fake.url, tmp, "--concurrency", "4")
-        rq_worker = RawRQWorker(url, "bench-raw", tmp / "rq.log")
-        try:
+        try:  # each side measured with only its own worker running (idle workers send too)
             rt = make_runtime(conn, fake.url)
             common.wait_for_workers(conn, rt.queue.name, 1)
-            queue = Queue("bench-raw", connection=conn, serializer=JSONSerializer)
-            common.wait_for_workers(conn, "bench-raw", 1)
             switchboard_side(rt, 8)  # warm-up: scripts loaded, connections made
-            rq_side(conn, queue, 8)
             sb = switchboard_side(rt, args.runs)
-            rq = rq_side(conn, queue, args.runs)
         finally:
             for worker in workers:
                 worker.stop()
-            rq_worker.stop()
             fake.stop()
+        rq_worker = RawRQWorker(url, "bench-raw", tmp / "rq.log")
+        try:
+            queue = Queue("bench-raw", connection=conn, serializer=JSONSerializer)
+            common.wait_for_workers(conn, "bench-raw", 1)
+            rq_side(conn, queue, 8)
+            rq = rq_side(conn, queue, args.runs)
+        finally:
+            rq_worker.stop()
     report(sb, rq, args.runs, args.json)
     return 0
 
