@@ -92,6 +92,7 @@ class Burst:
     fake_cpu_seconds: float  # CPU the fake model used meanwhile
     requeues: int = 0  # sweeper_requeue log lines (Switchboard)
     submit_seconds: float = 0.0  # the bot's submits, first to last (Switchboard)
+    redis_rest_kib: int = 0  # the Redis server's share of rest_kib (Switchboard)
 
     def per_gib(self, runs: int) -> float:
         return runs / (self.peak_kib / 2**20)
@@ -109,7 +110,8 @@ class SwitchboardSide:
         self.rt, self.workers, self.runs = rt, workers, runs
         # a deployment's processes: the workers and Redis (this process plays the bot, with
         # the benchmark's own code beside it: not counted)
-        self.pids = [w.pid for w in workers] + local_redis_pid(rt.redis)
+        self.redis_pids = local_redis_pid(rt.redis)
+        self.pids = [w.pid for w in workers] + self.redis_pids
 
     def burst(self) -> dict[str, float]:
         offsets = [w.log.stat().st_size for w in self.workers]
@@ -174,6 +176,7 @@ class PeerSide:
             text=True,
         )
         self.pids = [self.proc.pid]
+        self.redis_pids: list[int] = []  # in-process state (AsyncSqliteSaver: a file)
         ready = self._read()
         if ready != {"ready": True}:
             raise RuntimeError(f"{self.name}: wrong answers in the warm-up burst: {ready}")
@@ -233,6 +236,7 @@ def measure(side: Side, fake: FakeModelProcess, runs: int) -> tuple[Burst, str |
     for pid in side.pids:
         common.reset_peak_rss(pid)
     rest = sum(common.rss_kib(pid) for pid in side.pids)
+    redis_rest = sum(common.rss_kib(pid) for pid in side.redis_pids)
     cpu, fake_cpu = cpu_seconds(side.pids), cpu_seconds([fake.pid])
     timed = side.burst()
     burst = Burst(
@@ -243,6 +247,7 @@ def measure(side: Side, fake: FakeModelProcess, runs: int) -> tuple[Burst, str |
         seconds=timed["seconds"],
         requeues=int(timed.get("requeues", 0)),
         submit_seconds=timed.get("submit_seconds", 0.0),
+        redis_rest_kib=redis_rest,
     )
     counts = fake.chat_counts()
     expected = {turn: runs for turn in range(MODEL_CALLS)}
@@ -367,7 +372,11 @@ def run_rounds(
                     problems.append(f"round {i + 1}, {side.name}: {problem}")
                 note = ""
                 if side is sides[0]:
-                    note = f"   submits {burst.submit_seconds:.2f} s, re-queued {burst.requeues}"
+                    note = (
+                        f"   submits {burst.submit_seconds:.2f} s, re-queued {burst.requeues}, "
+                        f"at rest: workers {(burst.rest_kib - burst.redis_rest_kib) / 1024:.1f} "
+                        f"+ Redis {burst.redis_rest_kib / 1024:.1f} MiB"
+                    )
                 burst_row(f"round {i + 1}: {side.name}", burst, p.runs, note)
             versus = against_faster_peer(this_round)
             if versus:
