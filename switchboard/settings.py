@@ -79,9 +79,10 @@ class Config(BaseSettings):
 
     queue: str = Field("switchboard", alias="SWITCHBOARD_QUEUE")
     # Runs one worker process carries at once. A run mostly waits on the model (seconds per
-    # call, a few ms of CPU per step), so one process keeps many busy; 32 keeps the Redis
-    # connections (one per idle slot, blocked in RQ's dequeue) and bursts of model calls
-    # modest. Raise it for slow models; add processes to use more cores.
+    # call, a few ms of CPU per step), so one process keeps many busy: 128 carries a burst of
+    # 100 runs in one wave (bench_latency.py --defaults: 2.9 s at 500 ms per call, 8.2 s with
+    # 32) for ~20 MiB more at rest and one Redis connection per idle slot (blocked in RQ's
+    # dequeue). Raise it for slow models; add processes to use more cores.
     worker_concurrency: int = Field(128, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
     # Per person (0 = no limit): questions being worked on at once (more wait in that
     # person's own line, so one burst does not hold up everyone else), questions a minute,
