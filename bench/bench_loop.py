@@ -74,22 +74,13 @@ def build_agent(rt: Any, model_url: str) -> Any:
         function_tool,
         set_tracing_disabled,
     )
+    from latency_peer import knowledge_lookup  # the tool without its ToolContext, as peers see it
     from openai import AsyncOpenAI
 
-    from tools import ToolContext
     from tools.builtin.calculator import calculate
-    from tools.builtin.knowledge import knowledge_lookup
-
-    def lookup(name: str) -> dict[str, Any]:
-        """Look up a course or policy by its name: fee, currency, prerequisites, description.
-
-        Args:
-            name: The course or policy name, e.g. "Django Fundamentals" or "Refund policy".
-        """
-        return knowledge_lookup(ToolContext(user_id=ALICE.user_id), name)
 
     set_tracing_disabled(True)
-    typed = {"knowledge_lookup": lookup, "calculate": calculate}
+    typed = {"knowledge_lookup": knowledge_lookup, "calculate": calculate}
     tools: list[Any] = []
     for name in rt.policy.allowed_tools(frozenset(ALICE.roles)):
         spec = rt.registry.get(name).openai_spec()["function"]

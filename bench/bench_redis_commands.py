@@ -75,8 +75,8 @@ def measured(
 
 def switchboard_side(rt: Runtime, runs: int) -> Counter[str]:
     ids: list[str] = []
-    keys = [rt.store.keys.status(s) for s in (RunStatus.COMPLETED, RunStatus.PARTIAL)]
-    keys.append(rt.store.keys.status(RunStatus.FAILED))
+    ended_as = (RunStatus.COMPLETED, RunStatus.PARTIAL, RunStatus.FAILED)
+    keys = [rt.store.keys.status(s) for s in ended_as]
 
     def submit() -> None:
         ids.extend(service.submit(rt, FEE_QUESTION, ALICE).id for _ in range(runs))
