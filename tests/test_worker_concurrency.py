@@ -78,3 +78,62 @@ def test_a_slot_enforces_the_job_timeout_without_sigalrm(redis_conn, model_serve
     assert job.get_status() == JobStatus.FAILED
     result = job.latest_result()
     assert result is not None and "JobTimeoutException" in (result.exc_string or "")
+
+
+def _registration_writes(conn, work) -> tuple[int, int]:
+    """(HSET + EXPIRE calls, of which HSETs) Redis counted while `work()` ran: what RQ's
+    bookkeeping of a worker's registration (heartbeats, state) costs, beside the jobs'
+    own writes, which are the same for every worker class."""
+    conn.config_resetstat()
+    work()
+    stats = conn.info("commandstats")
+    hset = int(stats.get("cmdstat_hset", {}).get("calls", 0))
+    expire = int(stats.get("cmdstat_expire", {}).get("calls", 0))
+    return hset + expire, hset
+
+
+def test_a_slot_heartbeats_once_for_a_burst_of_quick_jobs_and_stays_alive(redis_conn, model_server):
+    """RQ's SimpleWorker sends its heartbeat (HSET + 2 EXPIRE) four to six times per job,
+    however short; a slot sends it only when the last one is older than HEARTBEAT_EVERY,
+    and still reads as alive (worker/fleet.py) with the time to live RQ asked for."""
+    from rq import SimpleWorker
+
+    from worker.fleet import FRESH_SECONDS
+    from worker.process import HEARTBEAT_EVERY
+
+    rt = make_runtime(redis_conn, model_server.url)
+    queue = Queue("beats", connection=redis_conn, serializer=JSONSerializer)
+    jobs = 20
+
+    def burst(worker) -> None:
+        worker.queues = [queue]
+        worker._ordered_queues = [queue]
+        for n in range(jobs):
+            queue.enqueue_call("builtins.abs", args=(-n,), result_ttl=600)
+        worker.work(burst=True)
+
+    class Plain(SimpleWorker):  # as a slot, without RQ's command channel: its pubsub
+        def subscribe(self) -> None:  # thread, stopped at the end of a burst, can hold the
+            pass  # test for a minute on a loaded machine
+
+        def unsubscribe(self) -> None:
+            pass
+
+    plain = Plain([queue], connection=redis_conn, serializer=JSONSerializer)
+    rq_writes, _ = _registration_writes(redis_conn, lambda: burst(plain))
+    slot = make_worker(rt)
+    slot_writes, _ = _registration_writes(redis_conn, lambda: burst(slot))
+    assert queue.finished_job_registry.count == 2 * jobs
+    # at least two of RQ's heartbeats (3 commands each) and one state write saved per job
+    assert slot_writes <= rq_writes - jobs * 7, (slot_writes, rq_writes)
+
+    # what reads a slot as alive still does, within the heartbeat interval
+    assert HEARTBEAT_EVERY < FRESH_SECONDS - 45  # an idle slot beats every 45 s
+    redis_conn.delete(*redis_conn.keys("rq:worker:*"))
+    alive = make_worker(rt)
+    alive.queues, alive._ordered_queues = [queue], [queue]
+    queue.enqueue_call("builtins.abs", args=(-1,), result_ttl=60)
+    alive.register_birth()
+    alive.dequeue_job_and_maintain_ttl(timeout=1)
+    assert redis_conn.hget(alive.key, "last_heartbeat") is not None
+    assert redis_conn.ttl(alive.key) >= alive.worker_ttl

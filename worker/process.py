@@ -48,6 +48,7 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_GRACE_SECONDS = 25.0  # Kubernetes waits 30 s between SIGTERM and SIGKILL
 SLOT_RESTART_SECONDS = 1.0  # a slot whose loop died (Redis went away) is started again after
+HEARTBEAT_EVERY = 10.0  # a slot's RQ heartbeat is sent at most this often (SlotWorker.heartbeat)
 
 
 class SlotQueue(Queue):
@@ -79,6 +80,7 @@ class SlotWorker(SimpleWorker):
     ) -> None:
         self.slot = slot
         self.stopping = stopping or threading.Event()
+        self._beat_at = self._beat_until = float("-inf")  # no heartbeat sent yet
         super().__init__(*args, **kwargs)
 
     def dequeue_job_and_maintain_ttl(
@@ -100,6 +102,30 @@ class SlotWorker(SimpleWorker):
         self._stop_requested = True
         log.debug("worker_slot_gave_back_job", slot=self.slot, job_id=job.id)
         return None  # RQ's loop then ends, as after an idle timeout
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's heartbeat (HSET last_heartbeat and two EXPIREs), left out when one sent less
+        than HEARTBEAT_EVERY ago already keeps the registration alive as long, less that
+        interval: RQ beats before and after every dequeue, after every job and at every
+        suspension check, four to six times for a job that takes milliseconds (15 of a
+        four-call run's 167 Redis commands). Liveness is read with 75 s of slack
+        (worker/fleet.py), a busy slot is told by its state, and a job's start, which asks
+        for the job's longer time to live, still beats unless one just sent covers it: what
+        reads the registration sees no change."""
+        ttl = timeout or self.worker_ttl + 60
+        now = time.monotonic()
+        recent = now - self._beat_at < HEARTBEAT_EVERY
+        if recent and self._beat_until >= now + ttl - HEARTBEAT_EVERY:
+            return
+        super().heartbeat(timeout, pipeline)
+        self._beat_at, self._beat_until = now, now + ttl
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        """RQ's state write, left out when the slot is in that state already (RQ sets `idle`
+        twice between two jobs)."""
+        if pipeline is None and state == self.get_state():
+            return
+        super().set_state(state, pipeline)
 
     def _install_signal_handlers(self) -> None:
         """The process's main thread owns the signals (see `serve`)."""
