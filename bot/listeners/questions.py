@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 import structlog
 from slack_bolt import BoltContext
 from slack_sdk import WebClient
@@ -49,9 +50,33 @@ def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     except service.QuestionRejected as exc:
         say(client, q.channel, q.thread_ts, m.QUESTION_REJECTED.format(reason=escape(str(exc))))
         return None
+    except service.QuestionNotStarted as exc:
+        # Slack has its ack and `attach` claimed the event, so no retry would bring the
+        # question back: unless told here, the person waits for an answer that never comes.
+        log.warning("question_submit_failed", event_id=q.event_id, error=str(exc))
+        not_started(sb, client, q)
+        return None
     sb.threads.remember(q.channel, q.thread_ts, run.id)
     log.info("run_submitted", run_id=run.id, user=q.user, channel=q.channel, parent=parent_id)
     return run
+
+
+def not_started(sb: Bot, client: WebClient, q: Question) -> None:
+    """Tell the person nothing was started, and give the event back, so that a Slack retry
+    of it can still start the run (`attach` claimed it, and drops what it claimed before)."""
+    try:
+        sb.threads.release_event(q.event_id)
+    except redis.RedisError as exc:  # Redis still down: the person is told all the same
+        log.warning("event_claim_kept", event_id=q.event_id, error=type(exc).__name__)
+    if q.overheard:
+        # A reply the bot overheard was not addressed to it: only its author is told, not
+        # everyone in the thread. A mention, a DM or an assistant thread is answered in the
+        # thread, where the answer would have been, as `ask`'s other refusals are.
+        client.chat_postEphemeral(
+            channel=q.channel, user=q.user, text=m.QUESTION_NOT_STARTED, thread_ts=q.thread_ts
+        )
+    else:
+        say(client, q.channel, q.thread_ts, m.QUESTION_NOT_STARTED)
 
 
 @boundary

@@ -236,6 +236,10 @@ ROLES_UNAVAILABLE = (
     "decide what you may do here. Please try again in a minute; if this keeps happening, "
     "an admin should check that the app has the `usergroups:read` scope."
 )
+QUESTION_NOT_STARTED = (
+    ":warning: I couldn't take your question just now, so nothing was started. Please ask "
+    "again in a minute; if this keeps happening, tell an admin."
+)
 EXTERNAL_CANNOT_ASK = (
     "Sorry, Switchboard only takes questions from members of this workspace, "
     "not from people in other organisations."

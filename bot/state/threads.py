@@ -26,6 +26,11 @@ class Threads:
         """True for the first delivery of an event, False for every retry or repeat."""
         return bool(self.redis.set(self.keys.slack_event(event_id), 1, nx=True, ex=EVENT_TTL))
 
+    def release_event(self, event_id: str) -> None:
+        """Give a claimed event back: its question could not be started, so a redelivery
+        of it may start it."""
+        self.redis.delete(self.keys.slack_event(event_id))
+
     def remember(self, channel: str, thread_ts: str, run_id: str) -> None:
         self.redis.set(self.keys.slack_thread(channel, thread_ts), run_id, ex=self.ttl)
 

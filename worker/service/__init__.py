@@ -20,7 +20,12 @@ tools/); nothing below imports it.
 """
 
 from worker.service.access import Access
-from worker.service.asking import MAX_HISTORY_CHARS, QuestionRejected, submit
+from worker.service.asking import (
+    MAX_HISTORY_CHARS,
+    QuestionNotStarted,
+    QuestionRejected,
+    submit,
+)
 from worker.service.decisions import DecisionOutcome, DecisionResult, decide
 from worker.service.runs import CancelResult, cancel
 
@@ -30,6 +35,7 @@ __all__ = [
     "CancelResult",
     "DecisionOutcome",
     "DecisionResult",
+    "QuestionNotStarted",
     "QuestionRejected",
     "cancel",
     "decide",

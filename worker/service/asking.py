@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 import structlog
 
 from tools.execute import valid_unicode
@@ -23,6 +24,12 @@ MAX_THREAD_HOPS = 20  # how far back a reply looks for the asker's own last run 
 
 class QuestionRejected(ValueError):
     pass
+
+
+class QuestionNotStarted(RuntimeError):
+    """Redis failed before the run existed: nothing was started, and the person who asked
+    must be told to ask again (the surface has already acknowledged the question). The cause
+    is the Redis error."""
 
 
 def submit(
@@ -48,6 +55,29 @@ def submit(
         raise QuestionRejected(
             f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}."
         )
+    try:
+        run, admitted = _create(rt, text, requester, origin, parent, profile, whole_transcript)
+    except redis.RedisError as exc:
+        raise QuestionNotStarted(type(exc).__name__) from exc
+    try:
+        _start(rt, run, admitted)
+    except redis.RedisError as exc:  # created due, or in the person's line: not lost
+        log.warning("run_enqueue_failed", run_id=run.id, error=type(exc).__name__)
+    return run
+
+
+def _create(
+    rt: Runtime,
+    text: str,
+    requester: Requester,
+    origin: dict[str, str] | None,
+    parent: Run | None,
+    profile: str | None,
+    whole_transcript: bool,
+) -> tuple[Run, bool]:
+    """The run, stored with its first event; and whether it was admitted (else it waits in
+    the person's line). Nothing is left behind when Redis fails on the way, but a place in
+    the person's runs in flight, given back here when Redis still answers."""
     try:
         rt.limits.check(requester.user_id)
     except LimitExceeded as exc:
@@ -88,7 +118,20 @@ def submit(
         parent=run.parent_id,
         profile=run.profile.name if run.profile else None,
     )
-    rt.store.create(run, wake=admitted, events=[created])
+    try:
+        rt.store.create(run, wake=admitted, events=[created])
+    except redis.RedisError:
+        if admitted:
+            try:  # else it counts as in flight until it is stale (the job timeout)
+                rt.limits.release(requester.user_id, run.id, rt.store.keys.due)
+            except redis.RedisError as exc:
+                log.warning("run_admission_kept", run_id=run.id, error=type(exc).__name__)
+        raise
+    return run, admitted
+
+
+def _start(rt: Runtime, run: Run, admitted: bool) -> None:
+    """Queue a stored run, or say it waits in its person's line."""
     if admitted:
         rt.enqueue_advance(run.id)
     else:
@@ -99,7 +142,6 @@ def submit(
             f"Waiting: you have {ahead} questions in progress; this one starts when one of "
             "them is done",
         )
-    return run
 
 
 def unavailable_note(rt: Runtime) -> str | None:

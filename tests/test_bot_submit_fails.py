@@ -1,0 +1,217 @@
+"""A question whose `submit` fails on Redis after Slack has its ack.
+
+Before: `attach` had already claimed the event, so Slack's retry was dropped; the listener
+boundary logged the error and nobody told the person, who waited for an answer that never
+came. Now they are told nothing was started, the claim is given back (a retry of the same
+event starts the run); a run created before Redis failed goes on, and nobody is told
+to ask again.
+
+Redis fails for real: the bot's connection is a Redis ACL user that an admin connection
+changes while the bot runs (ACL changes apply to open connections at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from structlog.testing import capture_logs
+
+from bot.render import messages as m
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_server import app_mention, message
+from tests.support.redis_server import RedisServer
+from tests.support.slack_bot import ALICE, CHANNEL, BotEnv, bot_env
+from worker.run import RunStatus
+
+USER, PASSWORD = "switchboard", "a-password-for-the-bot"
+RETRY = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+
+
+def let_the_bot(admin: redis.Redis, commands: list[str], keys: str = "*") -> None:
+    admin.acl_setuser(
+        USER,
+        enabled=True,
+        reset=True,
+        passwords=[f"+{PASSWORD}"],
+        keys=[keys],
+        channels=["*"],
+        commands=commands,
+    )
+
+
+def redis_works(admin: redis.Redis) -> None:
+    let_the_bot(admin, ["+@all"])
+
+
+def transactions_fail(admin: redis.Redis) -> None:
+    """Every MULTI ... EXEC is refused (NOPERM), so `submit` cannot create its run, while
+    the claim of the event (a plain SET NX) and every read still work. EXEC, not MULTI: a
+    refused MULTI leaves the commands after it to run one by one (the run would be written
+    outside any transaction); a refused EXEC discards the whole transaction (Redis 7)."""
+    let_the_bot(admin, ["+@all", "-exec"])
+
+
+def the_queue_fails(admin: redis.Redis) -> None:
+    """The bot may touch only its own keys (`sb:*`), not RQ's (`rq:*`): the run is created,
+    then its enqueue is refused."""
+    let_the_bot(admin, ["+@all"], keys="sb:*")
+
+
+@pytest.fixture
+def admin(tmp_path: Path) -> Iterator[redis.Redis]:
+    """A private Redis (its ACL users are this test's alone), as its default user."""
+    server = RedisServer(tmp_path / "redis").start()
+    conn = redis.Redis(unix_socket_path=server.socket)
+    redis_works(conn)
+    yield conn
+    conn.close()
+    server.stop()
+
+
+@pytest.fixture
+def bot(
+    admin: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
+) -> Iterator[BotEnv]:
+    socket = admin.connection_pool.connection_kwargs["path"]
+    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
+    with bot_env(conn, model_server.url, tmp_path) as env:
+        yield env
+    conn.close()
+
+
+def warnings_named(
+    logs: list[MutableMapping[str, Any]], name: str
+) -> list[MutableMapping[str, Any]]:
+    return [e for e in logs if e["event"] == name and e["log_level"] == "warning"]
+
+
+def told(bot: BotEnv, method: str) -> list[dict[str, Any]]:
+    return [a for a in bot.slack.calls(method) if a.get("text") == m.QUESTION_NOT_STARTED]
+
+
+def test_a_mention_that_cannot_be_submitted_is_told_nothing_started_and_a_retry_starts_it(
+    bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    model_server.route("SQL", ["SQL Basics costs $499."])
+    mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
+    transactions_fail(admin)
+    with capture_logs() as logs:
+        bot.event(mention, event_id="Ev0SUBMIT01")
+        bot.settle()
+
+    [said] = told(bot, "chat.postMessage")  # in the thread, as the other refusals of `ask`
+    assert (said["channel"], said["thread_ts"]) == (CHANNEL, mention["ts"])
+    assert told(bot, "chat.postEphemeral") == []
+    assert bot.runs() == []
+    [warning] = warnings_named(logs, "question_submit_failed")
+    assert (warning["event_id"], warning["error"]) == ("Ev0SUBMIT01", "ExecAbortError")
+    assert "SQL" not in repr(warning) and PASSWORD not in repr(warning)
+    assert [e for e in logs if e["event"] == "listener_failed"] == []
+
+    redis_works(admin)
+    bot.event(mention, event_id="Ev0SUBMIT01", headers=RETRY)  # Slack's retry of that event
+    [run] = bot.wait_for_runs(1)
+    assert (run.question, run.origin["event_id"]) == ("what does SQL Basics cost?", "Ev0SUBMIT01")
+    bot.work()
+    assert bot.rt.store.load(run.id).status == RunStatus.COMPLETED
+    bot.slack.wait_for_message(
+        CHANNEL, lambda s: s.get("thread_ts") == mention["ts"] and "$499" in str(s)
+    )
+
+
+def test_an_overheard_reply_that_cannot_be_submitted_is_told_to_its_author_alone(
+    bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    model_server.route("SQL", ["SQL Basics costs $499."])
+    model_server.route("Django", ["Django Fundamentals costs $799."])
+    mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
+    bot.event(mention)
+    [first] = bot.wait_for_runs(1)
+    bot.work()  # answered: the bot now follows replies in this thread
+
+    reply = message("and Django?", user=ALICE, thread_ts=mention["ts"])
+    transactions_fail(admin)
+    with capture_logs() as logs:
+        bot.event(reply, event_id="Ev0SUBMIT02")
+        bot.settle()
+
+    [said] = told(bot, "chat.postEphemeral")  # not posted to everyone in the thread
+    assert (said["channel"], said["user"], said["thread_ts"]) == (CHANNEL, ALICE, mention["ts"])
+    assert told(bot, "chat.postMessage") == []
+    assert [r.id for r in bot.runs()] == [first.id]
+    [warning] = warnings_named(logs, "question_submit_failed")
+    assert warning["event_id"] == "Ev0SUBMIT02" and "Django" not in repr(warning)
+
+    redis_works(admin)
+    bot.event(reply, event_id="Ev0SUBMIT02", headers=RETRY)
+    second = bot.wait_for_runs(2)[0]
+    assert (second.question, second.parent_id) == ("and Django?", first.id)
+
+
+def test_a_question_whose_run_was_created_before_redis_failed_is_not_told_to_ask_again(
+    bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    model_server.route("SQL", ["SQL Basics costs $499."])
+    mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
+    the_queue_fails(admin)
+    with capture_logs() as logs:
+        bot.event(mention, event_id="Ev0SUBMIT03")
+        bot.settle()
+
+    [run] = bot.runs()
+    assert told(bot, "chat.postMessage") == [] and told(bot, "chat.postEphemeral") == []
+    [warning] = warnings_named(logs, "run_enqueue_failed")
+    assert (warning["run_id"], warning["error"]) == (run.id, "NoPermissionError")
+    assert warnings_named(logs, "question_submit_failed") == []
+    assert run.id in bot.rt.store.overdue(older_than=0)  # due: the sweeper queues it
+
+    redis_works(admin)
+    bot.event(mention, event_id="Ev0SUBMIT03", headers=RETRY)  # still claimed: no second run
+    bot.settle()
+    assert [r.id for r in bot.runs()] == [run.id]
+
+
+def test_the_person_is_told_even_when_the_claim_cannot_be_given_back(
+    bot: BotEnv, admin: redis.Redis
+) -> None:
+    mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
+    let_the_bot(admin, ["+@all", "-exec", "-del"])  # the claim's DEL is refused too
+    with capture_logs() as logs:
+        bot.event(mention, event_id="Ev0SUBMIT04")
+        bot.settle()
+
+    assert len(told(bot, "chat.postMessage")) == 1 and bot.runs() == []
+    [kept] = warnings_named(logs, "event_claim_kept")
+    assert (kept["event_id"], kept["error"]) == ("Ev0SUBMIT04", "NoPermissionError")
+    assert [e for e in logs if e["event"] == "listener_failed"] == []
+
+
+def test_a_question_not_started_gives_its_place_in_flight_back(
+    admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    """Admitted (one of the person's runs in flight) before the run could be stored: the
+    place is given back, so the person's next question is not left waiting in line behind
+    a run that does not exist until the place goes stale (the job timeout)."""
+    from tests.support.runtime import make_runtime
+    from worker import service
+    from worker.limits import Limits
+    from worker.run import Requester
+
+    socket = admin.connection_pool.connection_kwargs["path"]
+    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
+    rt = make_runtime(conn, model_server.url, limits=Limits(runs_in_flight=1))
+    alice = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
+    transactions_fail(admin)
+    with pytest.raises(service.QuestionNotStarted, match="ExecAbortError"):
+        service.submit(rt, "what does SQL Basics cost?", alice)
+    assert admin.zcard(rt.store.keys.person(ALICE, "active")) == 0
+
+    redis_works(admin)
+    run = service.submit(rt, "what does SQL Basics cost?", alice)
+    assert rt.limits.waiting(ALICE) == 0  # admitted, not in line
+    assert [e.kind for e in rt.events.read(run.id)] == ["run_created"]
+    conn.close()
