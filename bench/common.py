@@ -102,7 +102,8 @@ class FakeModelProcess:
 
     def chat_counts(self) -> dict[str, Any]:
         """Chat requests answered since the last call: {"requests": n, "by_turn": {turn
-        index: n}, "script_errors": n}. Forgets them (the fake keeps every request body)."""
+        index: n}, "script_errors": n, "peak_in_flight": the most answered at once}. Forgets
+        them (the fake keeps every request body)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(b"counts\n")
         self.proc.stdin.flush()
@@ -143,6 +144,7 @@ def _serve_fake_model(validate: bool, delay: float) -> None:
             errors = len(fake.script_errors)
             counts = {
                 "requests": len(bodies),
+                "peak_in_flight": fake.take_peak_chats(),
                 "by_turn": Counter(turn_index(body) for body in bodies),
                 "script_errors": errors - errors_before,
             }

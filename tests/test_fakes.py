@@ -267,6 +267,25 @@ def test_routes_serve_concurrent_conversations(openai_fake: FakeOpenAI) -> None:
     assert answers["custom"] == "from function"
 
 
+def test_the_fake_counts_the_most_chat_requests_it_answered_at_once(
+    openai_fake: FakeOpenAI,
+) -> None:
+    """What bench/bench_latency.py reports as runs in flight: the model's own count."""
+    openai_fake.script = [Turn("slow", delay=2.0)]
+    client = client_for(openai_fake)
+    threads = [threading.Thread(target=ask, args=(client, f"q{n}")) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert openai_fake.take_peak_chats() == 3
+    assert openai_fake.take_peak_chats() == 0  # none open now: the count starts again
+    openai_fake.script = ["quick"]
+    ask(client, "one")
+    ask(client, "two")
+    assert openai_fake.take_peak_chats() == 1
+
+
 def test_an_exhausted_script_fails_without_retries_and_is_reported(openai_fake: FakeOpenAI) -> None:
     openai_fake.script = Script([])
 

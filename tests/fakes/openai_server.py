@@ -15,6 +15,7 @@ index and consumed once each per conversation (keyed by the last user message).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -23,7 +24,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -620,6 +621,25 @@ class FakeOpenAI(FakeServer[Request]):
         self._script_errors: list[str] = []
         self._ids = itertools.count(1)
         self.models = ["gpt-fake"]  # what GET /v1/models lists
+        self._chats_open = self._chats_peak = 0  # chat requests being answered now, and most
+
+    def take_peak_chats(self) -> int:
+        """The most chat requests answered at once since the last call: how many runs were
+        really waiting on the model together, whatever their clients hold."""
+        with self._cond:
+            peak, self._chats_peak = self._chats_peak, self._chats_open
+            return peak
+
+    @contextlib.contextmanager
+    def _chat_open(self) -> Iterator[None]:
+        with self._cond:
+            self._chats_open += 1
+            self._chats_peak = max(self._chats_peak, self._chats_open)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._chats_open -= 1
 
     @property
     def url(self) -> str:
@@ -783,7 +803,8 @@ class _OpenAIHandler(QuietHandler):
                 ),
             )
         elif method == "POST" and path == "/v1/chat/completions":
-            self._chat(body)
+            with self.fake._chat_open():
+                self._chat(body)
         elif method == "POST" and path == "/v1/embeddings":
             self._embeddings(body)
         elif method == "GET" and path == "/v1/models":
