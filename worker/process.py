@@ -39,7 +39,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
-from worker import runtime
+from worker import memory, runtime
 from worker.runtime import Runtime
 from worker.sweeper import Sweeper
 from worker.watchdog import WatchdogDeathPenalty
@@ -207,10 +207,15 @@ def serve(
     concurrency: int | None = None,
     burst: bool = False,
     grace: float = DEFAULT_GRACE_SECONDS,
+    on_tick: Callable[[bool], object] | None = None,
 ) -> None:
     """Work the queue with `concurrency` slots until stopped (or, with `burst`, until the queue
-    is empty). RQ's scheduler runs in the sweeper thread (see worker/sweeper.py)."""
+    is empty). RQ's scheduler runs in the sweeper thread (see worker/sweeper.py).
+    `on_tick(busy)` is told at every turn of the main loop whether any slot is busy; by default
+    the process gives its free memory back each time it goes idle (worker/memory.py)."""
     runtime.install(rt)
+    memory.limit_arenas()  # before the slots' threads allocate (each would get an arena)
+    tick = on_tick or memory.IdleHook().observe
     count = max(1, concurrency or rt.settings.concurrency)
     signals = Signals(on_hangup=rt.policy_watcher.wake if rt.policy_watcher else None)
     if rt.policy_watcher is not None:
@@ -225,6 +230,7 @@ def serve(
         while not signals.stop.wait(0.2):
             if burst and not any(s.alive for s in slots):
                 return
+            tick(any(s.busy for s in slots))
             if not burst:
                 slots = [_replace_ended(s) for s in slots]
         log.info("worker_stopping", in_flight=len(rt.leases.held()), grace=grace)

@@ -1,0 +1,128 @@
+"""A worker process gives its free memory back to the system once each time it goes idle,
+never while a run is in flight (worker/memory.py, issue 28)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from switchboard import redisconn
+from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
+from worker import memory, service
+from worker.process import serve
+from worker.run import RunStatus
+
+glibc = pytest.mark.skipif(not memory.available(), reason="malloc_trim is glibc's")
+
+
+@glibc
+def test_trim_gives_back_the_free_memory_inside_the_heap_not_only_its_top():
+    # 32 MiB in 64 KiB blocks (malloc's, not Python's small-object allocator, and under the
+    # mmap threshold), every 16th kept, the last one too: the heap's top stays in use, so
+    # free() gives none of the 30 MiB between the kept blocks back; malloc_trim does.
+    blocks = [b"x" * (64 * 1024) for _ in range(512)]
+    kept = blocks[15::16]
+    del blocks
+    before = memory.rss_kib()
+    assert memory.trim()
+    assert before - memory.rss_kib() > 16 * 1024
+    assert len(kept) == 32
+
+
+@pytest.fixture
+def no_sigterm_exit() -> Iterator[None]:
+    """SIGTERM stops the worker loop this test runs in its main thread; should the signal
+    come when that loop has already ended, it must not end pytest."""
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_worker_releases_memory_once_per_idle_period_and_never_while_a_slot_is_busy(
+    redis_conn, redis_url, model_server, no_sigterm_exit
+):
+    answers = threading.Semaphore(0)  # the model answers a run only when the test says so
+
+    def held_answer(body: dict[str, object]) -> str | None:
+        if "idle memory" not in json.dumps(body):
+            return None
+        assert answers.acquire(timeout=30)
+        return "Done."
+
+    model_server.route(held_answer)
+    # connected as a process is (named after it), so that stopping wakes its idle slots
+    rt = make_runtime(redisconn.connect(redis_url), model_server.url)
+    in_flight_at_release: list[int] = []
+
+    def release() -> None:
+        in_flight_at_release.append(len(rt.leases.held()))
+        memory.release()
+
+    hook = memory.IdleHook(release, min_interval=0)
+    serving = threading.Event()
+    failures: list[BaseException] = []
+
+    def turns_pass(what: str) -> None:
+        """The worker's main loop looks at its slots three more times."""
+        seen = hook.ticks
+        wait_until(lambda: hook.ticks >= seen + 3, what=what)
+
+    def one_busy_period(question: str, releases_before: int) -> None:
+        run = service.submit(rt, question, ALICE)
+        wait_until(lambda: run.id in rt.leases.held(), what="the run in flight in a slot")
+        turns_pass("the main loop looking while the run is in flight")
+        assert hook.runs == releases_before  # nothing released while a slot is busy
+        answers.release()
+        assert wait_for_run(rt, run.id).status == RunStatus.COMPLETED
+        wait_until(lambda: hook.runs == releases_before + 1, what="the release once idle")
+        turns_pass("the main loop looking at its idle slots")
+        assert hook.runs == releases_before + 1  # once per idle period, not at every turn
+
+    def drive() -> None:
+        try:
+            wait_until(serving.is_set, what="the worker loop started")
+            turns_pass("the main loop looking at its idle slots before any work")
+            assert hook.runs == 0  # idle since start: nothing to give back yet
+            one_busy_period("idle memory: the first question", 0)
+            one_busy_period("idle memory: the second question", 1)
+        except BaseException as exc:  # reported by the test's own thread below
+            failures.append(exc)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker loop's stop
+
+    def on_tick(busy: bool) -> object:
+        serving.set()
+        return hook.observe(busy)
+
+    driver = threading.Thread(target=drive, name="test-driver")
+    driver.start()
+    try:
+        serve(rt, concurrency=2, grace=5.0, on_tick=on_tick)
+    finally:
+        driver.join(60)
+        rt.redis.close()
+    if failures:
+        raise failures[0]
+    assert in_flight_at_release == [0, 0]
+
+
+def test_the_idle_hook_waits_its_interval_and_then_serves_the_period_it_skipped():
+    now = [100.0]
+    ran: list[float] = []
+    hook = memory.IdleHook(lambda: ran.append(now[0]), min_interval=1.0, clock=lambda: now[0])
+    for busy in (False, True, False, False):
+        hook.observe(busy)
+    assert ran == [100.0]
+    now[0] = 100.5
+    hook.observe(True)
+    hook.observe(False)  # idle again within the interval: not yet
+    assert ran == [100.0]
+    now[0] = 101.0
+    hook.observe(False)  # still idle once the interval has passed: served now
+    hook.observe(False)
+    assert ran == [100.0, 101.0]
