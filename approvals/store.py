@@ -28,19 +28,22 @@ end
 """
 
 # KEYS: approval hash, pending index, due set, owed cards.  ARGV: status, decider, reason,
-# run_id, id, edited args, their binding, the original args (all three '' unless approved
-# with edits), instructions ('' unless rejected with them).
+# id, edited args, their binding, the original args (all three '' unless approved with
+# edits), instructions ('' unless rejected with them).
 # Of concurrent decisions exactly one finds the request pending; the rest get the winner back.
 # An edit replaces the arguments and the binding in the same step as the decision: the
 # approval covers exactly the edited call, and nothing can run the original under it. The
 # decision's cards are owed an update from the same step: whoever won may die before it
-# redraws them, and the sweeper then does (`owed_cards`).
+# redraws them, and the sweeper then does (`owed_cards`). Returns {'missing'}, or the outcome
+# ('ok': this call decided; 'decided': another did first) and the request's fields as they
+# stand after it: no round trip before or after the decision to read them (issue 28: every
+# round trip between an Approve click and the tool starting counts).
 _DECIDE = (
     WAKE_LUA
     + """
-local fields = redis.call('HMGET', KEYS[1], 'status', 'expires_at')
+local fields = redis.call('HMGET', KEYS[1], 'status', 'expires_at', 'run_id')
 if not fields[1] then return {'missing'} end
-if fields[1] ~= 'pending' then return {'decided'} end
+if fields[1] ~= 'pending' then return {'decided', redis.call('HGETALL', KEYS[1])} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local status, decider, reason = ARGV[1], ARGV[2], ARGV[3]
@@ -49,16 +52,16 @@ if (status == 'approved' or status == 'rejected') and now >= tonumber(fields[2])
 end
 redis.call('HSET', KEYS[1], 'status', status, 'decided_by', decider,
            'decided_at', tostring(now), 'reason', reason)
-if status == 'approved' and ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'args', ARGV[6], 'binding', ARGV[7], 'original_args', ARGV[8])
+if status == 'approved' and ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[1], 'args', ARGV[5], 'binding', ARGV[6], 'original_args', ARGV[7])
 end
-if status == 'rejected' and ARGV[9] ~= '' then
-  redis.call('HSET', KEYS[1], 'instructions', ARGV[9])
+if status == 'rejected' and ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'instructions', ARGV[8])
 end
-redis.call('ZREM', KEYS[2], ARGV[5])
-redis.call('ZADD', KEYS[4], now, ARGV[5])
-wake(KEYS[3], ARGV[4])
-return {'ok', status}
+redis.call('ZREM', KEYS[2], ARGV[4])
+redis.call('ZADD', KEYS[4], now, ARGV[4])
+wake(KEYS[3], fields[3])
+return {'ok', redis.call('HGETALL', KEYS[1])}
 """
 )
 
@@ -190,9 +193,9 @@ class ApprovalStore:
         """Move a pending request to `status`. Authorization (and, for `edited_args`,
         validation) is the caller's job. Approving with `edited_args` rebinds the request to
         them; `instructions` go with a rejection."""
-        request = self.get(approval_id)
         edit = ["", "", ""]
         if edited_args is not None and status == ApprovalStatus.APPROVED:
+            request = self.get(approval_id)  # the arguments the edit replaces, and the binding
             binding = binding_hash(
                 request.tool, edited_args, request.requester, request.policy_version
             )
@@ -208,7 +211,6 @@ class ApprovalStore:
                 status.value,
                 decided_by,
                 reason[:1000],
-                request.run_id,
                 approval_id,
                 *edit,
                 instructions[:INSTRUCTIONS_MAX],
@@ -217,7 +219,9 @@ class ApprovalStore:
         outcome = result[0].decode()
         if outcome == "missing":
             raise ApprovalNotFound(approval_id)
-        return Decision(won=outcome == "ok", request=self.get(approval_id))
+        flat = [item.decode() for item in result[1]]
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return Decision(won=outcome == "ok", request=ApprovalRequest.from_hash(fields))
 
     def expire(self, approval_id: str) -> Decision:
         return self.decide(approval_id, ApprovalStatus.EXPIRED, "", "nobody decided in time")
