@@ -89,7 +89,6 @@ def decide(
     )
     if not decision.won:
         return DecisionOutcome(DecisionResult.ALREADY_DECIDED, decision.request, approvers)
-    rt.cancel_expiry(approval_id)
     metrics.approval_decided(decision.request)
     audit.log_decision(decision.request, surface)
     tracing.approval_decided(decision.request, lambda: rt.trace_of(request.run_id))
@@ -106,6 +105,10 @@ def decide(
         instructions=decision.request.instructions,
     )
     rt.enqueue_advance(request.run_id)
+    # After the run is on its way: dropping the expiry job takes RQ eight round trips (of
+    # the click's 16 before the tool could start), and a decided request's expiry job does
+    # nothing should it stay (a process that dies here leaves it to do nothing, in a day).
+    rt.cancel_expiry(approval_id)
     return DecisionOutcome(DecisionResult.DECIDED, decision.request, approvers)
 
 
