@@ -215,3 +215,50 @@ def test_a_question_not_started_gives_its_place_in_flight_back(
     assert rt.limits.waiting(ALICE) == 0  # admitted, not in line
     assert [e.kind for e in rt.events.read(run.id)] == ["run_created"]
     conn.close()
+
+
+def test_a_question_that_waited_in_line_and_was_not_started_leaves_the_line(
+    admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    """Its place in the person's line is given back too: left there, it would be admitted
+    in place of the next real question (and hold a place in flight until stale)."""
+    from tests.support.runtime import make_runtime
+    from worker import service
+    from worker.limits import Limits
+    from worker.run import Requester
+
+    socket = admin.connection_pool.connection_kwargs["path"]
+    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
+    rt = make_runtime(conn, model_server.url, limits=Limits(runs_in_flight=1))
+    alice = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
+    first = service.submit(rt, "what does SQL Basics cost?", alice)  # in flight
+    transactions_fail(admin)
+    with pytest.raises(service.QuestionNotStarted):
+        service.submit(rt, "and Django?", alice)
+    assert rt.limits.waiting(ALICE) == 0
+    redis_works(admin)
+    third = service.submit(rt, "and Python?", alice)  # waits in line, behind the first
+    assert rt.limits.release(ALICE, first.id, rt.store.keys.due) == [third.id]
+    conn.close()
+
+
+def test_a_run_stored_though_its_transaction_failed_goes_on_and_is_not_told_to_ask_again(
+    admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    """Redis runs the rest of a transaction when one of its commands fails (here the due
+    entry: the key holds the wrong type): the run is there, so submit returns it, queued."""
+    from tests.support.runtime import make_runtime
+    from worker import service
+    from worker.run import Requester
+
+    socket = admin.connection_pool.connection_kwargs["path"]
+    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
+    rt = make_runtime(conn, model_server.url)
+    alice = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
+    admin.set(rt.store.keys.due, "not a sorted set")
+    with capture_logs() as logs:
+        run = service.submit(rt, "what does SQL Basics cost?", alice)
+    assert rt.store.load(run.id).status == RunStatus.QUEUED
+    assert rt.queue.count == 1  # queued all the same
+    assert warnings_named(logs, "run_created_despite_error")[0]["run_id"] == run.id
+    conn.close()

@@ -76,8 +76,8 @@ def _create(
     whole_transcript: bool,
 ) -> tuple[Run, bool]:
     """The run, stored with its first event; and whether it was admitted (else it waits in
-    the person's line). Nothing is left behind when Redis fails on the way, but a place in
-    the person's runs in flight, given back here when Redis still answers."""
+    the person's line). When Redis fails on the way and the run is not there, its place in
+    flight or in line is given back (when Redis still answers) and the error raised."""
     try:
         rt.limits.check(requester.user_id)
     except LimitExceeded as exc:
@@ -106,9 +106,6 @@ def _create(
     )
     profiles.start(rt, run, agent)
     run.trace = tracing.new_run(len(text), run.profile.name if run.profile else None)
-    # Admitted first: the run is then created due (the sweeper queues it if the enqueue below
-    # is lost) or, waiting in line, not; created with its first event in one transaction.
-    admitted = rt.limits.admit(requester.user_id, run.id)
     created = rt.events.encode(
         EventKind.RUN_CREATED,
         user=requester.user_id,
@@ -118,16 +115,40 @@ def _create(
         parent=run.parent_id,
         profile=run.profile.name if run.profile else None,
     )
+    # Admitted first: the run is then created due (the sweeper queues it if the enqueue below
+    # is lost) or, waiting in line, not; created with its first event in one transaction.
+    admitted = False
     try:
+        admitted = rt.limits.admit(requester.user_id, run.id)
         rt.store.create(run, wake=admitted, events=[created])
     except redis.RedisError:
-        if admitted:
-            try:  # else it counts as in flight until it is stale (the job timeout)
-                rt.limits.release(requester.user_id, run.id, rt.store.keys.due)
-            except redis.RedisError as exc:
-                log.warning("run_admission_kept", run_id=run.id, error=type(exc).__name__)
+        if _stored(rt, run, admitted):  # the reply was lost, not the run
+            return run, admitted
+        try:  # its place in flight or in line, which would count until stale (the job timeout)
+            rt.limits.release(requester.user_id, run.id, rt.store.keys.due)
+        except redis.RedisError as exc:
+            log.warning("run_admission_kept", run_id=run.id, error=type(exc).__name__)
         raise
     return run, admitted
+
+
+def _stored(rt: Runtime, run: Run, admitted: bool) -> bool:
+    """Whether a run whose creation failed on Redis is there all the same: the transaction ran
+    and its reply was lost, or a command in it failed (Redis does not roll the others back).
+    Then it is made due, if admitted, so the sweeper queues it should the enqueue that follows
+    be lost too. False when Redis cannot say."""
+    try:
+        if rt.store.find(run.id) is None:
+            return False
+    except redis.RedisError:
+        return False
+    log.warning("run_created_despite_error", run_id=run.id)
+    if admitted:
+        try:
+            rt.store.wake(run.id)
+        except redis.RedisError as exc:  # the enqueue that follows may still queue it
+            log.warning("run_not_due", run_id=run.id, error=type(exc).__name__)
+    return True
 
 
 def _start(rt: Runtime, run: Run, admitted: bool) -> None:

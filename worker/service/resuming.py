@@ -26,15 +26,17 @@ confirm may try again.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
+import redis
 import structlog
 
 from worker.connections.store import FLOW_SECONDS, PENDING_SECONDS
 from worker.events import EventKind
 from worker.run import Run, RunStatus
 from worker.runtime import Runtime
-from worker.service.asking import QuestionRejected, submit
+from worker.service.asking import QuestionNotStarted, QuestionRejected, submit
 
 log = structlog.get_logger(__name__)
 
@@ -70,8 +72,9 @@ def resume_waiting(rt: Runtime, team: str, user: str, provider: str, label: str)
                 parent=run,
                 whole_transcript=True,
             )
-        except QuestionRejected as refused:
-            rt.redis.delete(marker)
+        except (QuestionRejected, QuestionNotStarted) as refused:
+            with contextlib.suppress(redis.RedisError):  # else it is not resumed for a day
+                rt.redis.delete(marker)
             log.info("run_not_resumed", run_id=run.id, why=str(refused))
             continue
         log.info("run_resumed", run_id=run.id, continuation=child.id, provider=provider)
