@@ -137,3 +137,6 @@ def test_a_slot_heartbeats_once_for_a_burst_of_quick_jobs_and_stays_alive(redis_
     alive.dequeue_job_and_maintain_ttl(timeout=1)
     assert redis_conn.hget(alive.key, "last_heartbeat") is not None
     assert redis_conn.ttl(alive.key) >= alive.worker_ttl
+    # a longer time to live (a job's start asks for one) is sent however recent the last beat
+    alive.heartbeat(540)
+    assert redis_conn.ttl(alive.key) >= 530
