@@ -24,11 +24,15 @@ from bot.render import messages as m
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import app_mention, message
 from tests.support.redis_server import RedisServer
+from tests.support.runtime import make_runtime
 from tests.support.slack_bot import ALICE, CHANNEL, BotEnv, bot_env
-from worker.run import RunStatus
+from worker import service
+from worker.limits import Limits
+from worker.run import Requester, RunStatus
 
 USER, PASSWORD = "switchboard", "a-password-for-the-bot"
 RETRY = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+ALICE_IN_CHANNEL = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
 
 
 def let_the_bot(admin: redis.Redis, commands: list[str], keys: str = "*") -> None:
@@ -73,14 +77,20 @@ def admin(tmp_path: Path) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def bot(
-    admin: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
-) -> Iterator[BotEnv]:
+def conn(admin: redis.Redis) -> Iterator[redis.Redis]:
+    """The bot's connection: the ACL user the admin changes."""
     socket = admin.connection_pool.connection_kwargs["path"]
-    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
+    connection = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def bot(
+    conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
+) -> Iterator[BotEnv]:
     with bot_env(conn, model_server.url, tmp_path) as env:
         yield env
-    conn.close()
 
 
 def warnings_named(
@@ -191,20 +201,14 @@ def test_the_person_is_told_even_when_the_claim_cannot_be_given_back(
 
 
 def test_a_question_not_started_gives_its_place_in_flight_back(
-    admin: redis.Redis, model_server: FakeOpenAI
+    admin: redis.Redis, conn: redis.Redis, model_server: FakeOpenAI
 ) -> None:
     """Admitted (one of the person's runs in flight) before the run could be stored: the
     place is given back, so the person's next question is not left waiting in line behind
     a run that does not exist until the place goes stale (the job timeout)."""
-    from tests.support.runtime import make_runtime
-    from worker import service
-    from worker.limits import Limits
-    from worker.run import Requester
 
-    socket = admin.connection_pool.connection_kwargs["path"]
-    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
     rt = make_runtime(conn, model_server.url, limits=Limits(runs_in_flight=1))
-    alice = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
+    alice = ALICE_IN_CHANNEL
     transactions_fail(admin)
     with pytest.raises(service.QuestionNotStarted, match="ExecAbortError"):
         service.submit(rt, "what does SQL Basics cost?", alice)
@@ -214,23 +218,16 @@ def test_a_question_not_started_gives_its_place_in_flight_back(
     run = service.submit(rt, "what does SQL Basics cost?", alice)
     assert rt.limits.waiting(ALICE) == 0  # admitted, not in line
     assert [e.kind for e in rt.events.read(run.id)] == ["run_created"]
-    conn.close()
 
 
 def test_a_question_that_waited_in_line_and_was_not_started_leaves_the_line(
-    admin: redis.Redis, model_server: FakeOpenAI
+    admin: redis.Redis, conn: redis.Redis, model_server: FakeOpenAI
 ) -> None:
     """Its place in the person's line is given back too: left there, it would be admitted
     in place of the next real question (and hold a place in flight until stale)."""
-    from tests.support.runtime import make_runtime
-    from worker import service
-    from worker.limits import Limits
-    from worker.run import Requester
 
-    socket = admin.connection_pool.connection_kwargs["path"]
-    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
     rt = make_runtime(conn, model_server.url, limits=Limits(runs_in_flight=1))
-    alice = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
+    alice = ALICE_IN_CHANNEL
     first = service.submit(rt, "what does SQL Basics cost?", alice)  # in flight
     transactions_fail(admin)
     with pytest.raises(service.QuestionNotStarted):
@@ -239,26 +236,19 @@ def test_a_question_that_waited_in_line_and_was_not_started_leaves_the_line(
     redis_works(admin)
     third = service.submit(rt, "and Python?", alice)  # waits in line, behind the first
     assert rt.limits.release(ALICE, first.id, rt.store.keys.due) == [third.id]
-    conn.close()
 
 
 def test_a_run_stored_though_its_transaction_failed_goes_on_and_is_not_told_to_ask_again(
-    admin: redis.Redis, model_server: FakeOpenAI
+    admin: redis.Redis, conn: redis.Redis, model_server: FakeOpenAI
 ) -> None:
     """Redis runs the rest of a transaction when one of its commands fails (here the due
     entry: the key holds the wrong type): the run is there, so submit returns it, queued."""
-    from tests.support.runtime import make_runtime
-    from worker import service
-    from worker.run import Requester
 
-    socket = admin.connection_pool.connection_kwargs["path"]
-    conn = redis.Redis(unix_socket_path=socket, username=USER, password=PASSWORD)
     rt = make_runtime(conn, model_server.url)
-    alice = Requester(user_id=ALICE, team_id="T0001", channel_id=CHANNEL, roles=["everyone"])
+    alice = ALICE_IN_CHANNEL
     admin.set(rt.store.keys.due, "not a sorted set")
     with capture_logs() as logs:
         run = service.submit(rt, "what does SQL Basics cost?", alice)
     assert rt.store.load(run.id).status == RunStatus.QUEUED
     assert rt.queue.count == 1  # queued all the same
     assert warnings_named(logs, "run_created_despite_error")[0]["run_id"] == run.id
-    conn.close()
