@@ -252,3 +252,28 @@ def test_a_run_stored_though_its_transaction_failed_goes_on_and_is_not_told_to_a
     assert rt.store.load(run.id).status == RunStatus.QUEUED
     assert rt.queue.count == 1  # queued all the same
     assert warnings_named(logs, "run_created_despite_error")[0]["run_id"] == run.id
+
+
+def test_a_mention_whose_thread_cannot_be_looked_up_is_told_nothing_started(
+    bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    """Redis failing before the submit (here every GET: the thread's last run) is the same
+    for the person: told, and the event given back for Slack's retry."""
+    model_server.route("SQL", ["SQL Basics costs $499."])
+    mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
+    let_the_bot(admin, ["+@all", "-get"])
+    with capture_logs() as logs:
+        bot.event(mention, event_id="Ev0SUBMIT05")
+        bot.settle()
+
+    [said] = told(bot, "chat.postMessage")
+    assert (said["channel"], said["thread_ts"]) == (CHANNEL, mention["ts"])
+    assert bot.runs() == []
+    [warning] = warnings_named(logs, "question_submit_failed")
+    assert (warning["event_id"], warning["error"]) == ("Ev0SUBMIT05", "NoPermissionError")
+    assert [e for e in logs if e["event"] == "listener_failed"] == []
+
+    redis_works(admin)
+    bot.event(mention, event_id="Ev0SUBMIT05", headers=RETRY)
+    [run] = bot.wait_for_runs(1)
+    assert run.origin["event_id"] == "Ev0SUBMIT05"

@@ -23,7 +23,20 @@ log = structlog.get_logger(__name__)
 
 
 def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
-    """Create the run (continuing the thread's conversation, if the bot answered there)."""
+    """Create the run (continuing the thread's conversation, if the bot answered there).
+    When Redis fails before the run exists, the person is told nothing was started: Slack
+    has its ack and `attach` claimed the event, so no retry would bring the question back,
+    and unless told the person waits for an answer that never comes."""
+    try:
+        return _ask(sb, client, q)
+    except (redis.RedisError, service.QuestionNotStarted) as exc:
+        error = str(exc) if isinstance(exc, service.QuestionNotStarted) else type(exc).__name__
+        log.warning("question_submit_failed", event_id=q.event_id, error=error)
+        not_started(sb, client, q)
+        return None
+
+
+def _ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     requester = sb.identity.requester(q.user, q.user_team, q.channel)
     if not sb.access.may_ask(requester.roles):
         log.info("question_refused_external", user=q.user, team=q.user_team)
@@ -50,13 +63,10 @@ def ask(sb: Bot, client: WebClient, q: Question) -> Run | None:
     except service.QuestionRejected as exc:
         say(client, q.channel, q.thread_ts, m.QUESTION_REJECTED.format(reason=escape(str(exc))))
         return None
-    except service.QuestionNotStarted as exc:
-        # Slack has its ack and `attach` claimed the event, so no retry would bring the
-        # question back: unless told here, the person waits for an answer that never comes.
-        log.warning("question_submit_failed", event_id=q.event_id, error=str(exc))
-        not_started(sb, client, q)
-        return None
-    sb.threads.remember(q.channel, q.thread_ts, run.id)
+    try:  # the run goes on either way; a reply in the thread would start a new conversation
+        sb.threads.remember(q.channel, q.thread_ts, run.id)
+    except redis.RedisError as exc:
+        log.warning("thread_not_remembered", run_id=run.id, error=type(exc).__name__)
     log.info("run_submitted", run_id=run.id, user=q.user, channel=q.channel, parent=parent_id)
     return run
 
