@@ -86,7 +86,8 @@ from tests.fakes.slack_server import (
     send_signed,
     signed_headers,
 )
-from tests.support.processes import worker_env
+from tests.support.processes import SwitchboardProcess, worker_env
+from tests.support.redis_server import free_port
 from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.events import EventKind, is_run_end
@@ -234,33 +235,14 @@ ASKER = ALICE.user_id  # asks; under the default policy (make_runtime's) she app
 WARM_CLICKS = 10  # clicked first and not counted (the bot's first requests, connections)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class BotProcess:
+class BotProcess(SwitchboardProcess):
     """`python -m switchboard bot --http --port P` in a child process: the real Bolt app
     behind uvicorn at /slack/events, as an operator runs it. Its log goes to a file."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.port = free_port()
-        self.log = log
-        self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "switchboard", "bot", "--http", "--port", str(self.port)],
-            env=env,
-            cwd=common.ROOT,
-            stdout=self.handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        super().__init__(env, log, "bot", "--http", "--port", str(self.port))
         common.wait_until(self._alive, 60, "the bot to answer /livez")
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     @property
     def url(self) -> str:
@@ -277,16 +259,6 @@ class BotProcess:
             return False
         finally:
             connection.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(5)
-        self.handle.close()
 
 
 @dataclass(frozen=True)

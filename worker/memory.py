@@ -98,11 +98,12 @@ def release() -> None:
     """`trim`, with what it gave back in a debug line."""
     before, started = rss_kib(), time.perf_counter()
     released = trim()
+    after = rss_kib()
     log.debug(
         "worker_memory_released",
         released=released,
-        rss_kib=rss_kib(),
-        freed_kib=before - rss_kib(),
+        rss_kib=after,
+        freed_kib=before - after,
         ms=round((time.perf_counter() - started) * 1000, 2),
     )
 

@@ -1,4 +1,4 @@
-"""Worker processes for tests: the real `switchboard worker` command in child processes."""
+"""Processes for tests: the real `switchboard` commands (`worker`, ...) in child processes."""
 
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ def worker_env(redis_url: str, model_url: str, tmp: Path, **extra: str) -> dict[
     return env
 
 
-class WorkerProcess:
-    """`python -m switchboard worker` in a child process; stderr goes to a log file."""
+class SwitchboardProcess:
+    """`python -m switchboard *args` in a child process; its output goes to a log file."""
 
     def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
         self.log = log
         self.handle = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "switchboard", "worker", *args],
+            [sys.executable, "-m", "switchboard", *args],
             env=env,
             cwd=ROOT,
             stdout=self.handle,
@@ -70,6 +70,13 @@ class WorkerProcess:
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
+
+
+class WorkerProcess(SwitchboardProcess):
+    """`python -m switchboard worker` in a child process; stderr goes to a log file."""
+
+    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+        super().__init__(env, log, "worker", *args)
 
 
 MARK = "SB_TEST_MARK"  # in a test's environment; every process it starts inherits it
