@@ -111,6 +111,26 @@ class Decision:
 
 PAGE = 500  # requests read per round trip
 
+# KEYS: approval hash, owed cards.  ARGV: the card (canonical JSON), now, id.
+# Appends the card in one step, so two cards recorded at once both stay (a read, then a write
+# of the whole list, lost one). A card recorded once the request is decided was not redrawn
+# by the decider, which knew only the cards before it: it is owed the outcome (found by the
+# chaos soak: a run driven again after a lost lease posted its card after the expiry).
+# Returns the request's status, or nil when there is no request.
+_ADD_CARD = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return false end
+local cards = redis.call('HGET', KEYS[1], 'cards')
+if not cards or cards == '' or cards == '[]' then
+  cards = '[' .. ARGV[1] .. ']'
+else
+  cards = string.sub(cards, 1, -2) .. ',' .. ARGV[1] .. ']'
+end
+redis.call('HSET', KEYS[1], 'cards', cards)
+if status ~= 'pending' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3]) end
+return status
+"""
+
 
 class ApprovalStore:
     """Keys: `{ns}approval:{id}` (hash), `{ns}approvals:pending` (zset id -> expires_at)."""
@@ -129,6 +149,7 @@ class ApprovalStore:
         self.due_key = due_key
         self.keep_after_decision = keep_after_decision
         self._decide = connection.register_script(_DECIDE)
+        self._add_card = connection.register_script(_ADD_CARD)
 
     def create(
         self,
@@ -252,10 +273,17 @@ class ApprovalStore:
         found = (self.find(i) for i in ids if isinstance(i, str))
         return [r for r in found if r is not None]
 
-    def add_card(self, approval_id: str, card: dict[str, str]) -> None:
-        request = self.get(approval_id)
-        request.cards.append(card)
-        self.redis.hset(self.keys.approval(approval_id), "cards", request.to_hash()["cards"])
+    def add_card(self, approval_id: str, card: dict[str, str]) -> bool:
+        """Record where a card of the request was shown. False when the request was decided
+        before the card was recorded: whoever decided redrew the cards it knew of, not this
+        one, so the card is owed the outcome (the sweeper redraws it if the caller does not)."""
+        found = self._add_card(
+            keys=[self.keys.approval(approval_id), self.keys.owed_cards],
+            args=[canonical_json(card), time.time(), approval_id],
+        )
+        if found is None:
+            raise ApprovalNotFound(approval_id)
+        return bool(found == b"pending")
 
     def card_shown(self, approval_id: str) -> None:
         """Its cards show the decision now (or it has none left to redraw)."""

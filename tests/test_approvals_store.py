@@ -227,3 +227,36 @@ def test_of_concurrent_decisions_exactly_one_wins_and_all_see_it(
     assert final.decided_by == winners[0]
     assert {(by, status) for _, by, status in seen.values()} == {(final.decided_by, final.status)}
     assert time.time() - final.decided_at < 60
+
+
+def test_cards_recorded_at_once_all_stay_and_one_after_the_decision_is_owed(
+    store: ApprovalStore, redis_conn: redis.Redis
+) -> None:
+    approval_id = pending(store)
+    cards = [
+        {"channel": f"C{n}", "ts": f"1.{n:06d}", "batch": "bt_x" if n % 2 else ""}
+        for n in range(12)
+    ]
+    start = threading.Barrier(len(cards))
+
+    def record(card: dict[str, str]) -> None:
+        start.wait()
+        assert store.add_card(approval_id, card) is True  # pending: nothing owed
+
+    threads = [threading.Thread(target=record, args=(card,)) for card in cards]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kept = store.get(approval_id).cards
+    assert sorted(kept, key=lambda c: c["channel"]) == sorted(cards, key=lambda c: c["channel"])
+    assert store.owed_cards(older_than=0) == []
+
+    store.decide(approval_id, ApprovalStatus.REJECTED, "UAPPROVER", "no")
+    store.card_shown(approval_id)  # the decider redrew the twelve it knew of
+    late = {"channel": "CLATE", "ts": "2.000001"}
+    assert store.add_card(approval_id, late) is False
+    assert store.get(approval_id).cards[-1] == late
+    assert store.owed_cards(older_than=0) == [approval_id]
+    with pytest.raises(ApprovalNotFound):
+        store.add_card("ap_missing", late)

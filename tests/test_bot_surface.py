@@ -179,6 +179,55 @@ def test_a_card_slack_cannot_take_now_stays_owed_and_a_deleted_one_does_not(
     surface.close()
 
 
+def test_a_card_posted_after_its_request_was_decided_shows_the_outcome(
+    rt: Runtime, slack: FakeSlack
+) -> None:
+    """A run driven again after its lease lapsed posts the card it asked for while the expiry
+    decides: the expiry redrew the cards it knew of, not this one (found by the chaos soak)."""
+    surface = registered_surface(rt, slack)
+    tool = rt.registry.get("create_ticket")
+    assert tool is not None
+
+    def decided_before_its_card() -> str:
+        run = running(rt)
+        request = rt.approvals.create(
+            run_id=run.id,
+            call_id="c1",
+            tool="create_ticket",
+            args={"project": "IT", "title": "VPN", "body": "down"},
+            requester=ALICE,
+            team_id="T0001",
+            channel_id=CHANNEL,
+            policy_version=rt.policy.version,
+            ttl=60,
+        )
+        assert jobs.expire(rt, request.id) == "expired"  # no card yet: nothing to redraw
+        surface.approval_requested(run, request, tool)  # the card, as asked while pending
+        return request.id
+
+    def cards_say_expired(approval_id: str) -> bool:
+        cards = rt.approvals.get(approval_id).cards
+        messages = [slack.message(c["channel"], c["ts"]) for c in cards]
+        assert {c["channel"] for c in cards} == {CHANNEL, APPROVALS}
+        return all(
+            m is not None and "Expired" in texts(m["blocks"]) and not buttons(m["blocks"])
+            for m in messages
+        )
+
+    first = decided_before_its_card()
+    assert cards_say_expired(first)
+    assert rt.approvals.owed_cards(older_than=0) == []
+
+    slack.fail("chat.update", "internal_error", times=2)  # the redraw fails: still owed
+    second = decided_before_its_card()
+    assert not cards_say_expired(second)
+    assert rt.approvals.owed_cards(older_than=0) == [second]
+    assert sweeper.redraw_owed_cards(rt, grace=0) == 1
+    assert cards_say_expired(second)
+    assert rt.approvals.owed_cards(older_than=0) == []
+    surface.close()
+
+
 def test_slack_failures_never_reach_the_run(rt: Runtime, slack: FakeSlack) -> None:
     slack_surface = SlackSurface(WebClient(token=TOKEN, base_url=slack.url), rt)
     surface = Guarded(slack_surface)  # as the runtime calls every surface

@@ -246,7 +246,11 @@ class SlackSurface:
         if batch_id:
             where["batch"] = batch_id
         for each in requests:
-            approvals.add_card(self.rt, each.id, where)
+            if approvals.add_card(self.rt, each.id, where):
+                continue
+            decided = approvals.find(self.rt, each.id)  # decided while the card was posted
+            if decided is not None:
+                self.show_outcome(decided)
 
     def card(
         self,

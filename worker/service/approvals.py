@@ -42,9 +42,11 @@ def create_batch(rt: Runtime, requests: list[ApprovalRequest]) -> str:
     return rt.approvals.create_batch(requests)
 
 
-def add_card(rt: Runtime, approval_id: str, card: dict[str, str]) -> None:
-    """Where a surface showed the request, so that every card of it can be updated later."""
-    rt.approvals.add_card(approval_id, card)
+def add_card(rt: Runtime, approval_id: str, card: dict[str, str]) -> bool:
+    """Where a surface showed the request, so that every card of it can be updated later.
+    False when the request was decided before this card was recorded: the caller redraws it
+    (the card is owed the outcome until then: the sweeper redraws it otherwise)."""
+    return rt.approvals.add_card(approval_id, card)
 
 
 def card_shown(rt: Runtime, approval_id: str) -> None:
