@@ -19,7 +19,7 @@ one way: the surfaces import this layer; it imports the runtime (worker/, approv
 tools/); nothing below imports it.
 """
 
-from worker.service.access import Access
+from worker.access import Access
 from worker.service.asking import (
     MAX_HISTORY_CHARS,
     QuestionNotStarted,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from approvals import ApprovalRequest
 from tools.policy import REQUESTER
 from tools.registry import Tool
+from worker.access import Access
 from worker.runtime import Runtime
-from worker.service.access import Access
 
 PENDING_SCAN = 5000  # pending requests looked at for one person's list, at most
 

@@ -2,7 +2,7 @@
 model), every item of a batch card, and the checks an Edit submission needs first.
 
 The path of one decision: a surface's listener calls `decide` here; `Access.may_decide`
-(worker/service/access.py) says whether this person may; the approvals store
+(worker/access.py) says whether this person may; the approvals store
 (approvals/store.py) makes the pending → approved|rejected change atomically, so of
 concurrent decisions exactly one wins; the run is queued to go on.
 """
@@ -18,10 +18,10 @@ import structlog
 from approvals import ApprovalNotFound, ApprovalRequest, ApprovalStatus
 from approvals.edits import EditRefused, changes, check_edit
 from worker import audit, metrics, tracing
+from worker.access import Access
 from worker.events import EventKind
 from worker.roles import RolesUnavailable
 from worker.runtime import Runtime
-from worker.service.access import Access
 
 log = structlog.get_logger(__name__)
 

@@ -21,9 +21,9 @@ from approvals import ApprovalRequest
 from approvals.grants import MAX_LIVE, Constraint, Grant, TooManyGrants
 from tools.policy_file import GRANT_SCOPES
 from worker import metrics
+from worker.access import Access
 from worker.events import EventKind
 from worker.runtime import Runtime
-from worker.service.access import Access
 from worker.service.decisions import DecisionResult, decide
 from worker.standing import thread_of
 

@@ -11,11 +11,11 @@ from typing import Any
 import structlog
 
 from worker import audit, tracing
+from worker.access import Access
 from worker.audit import Found, RunFilter
 from worker.events import Event, EventKind
 from worker.run import Run, RunStatus
 from worker.runtime import Runtime
-from worker.service.access import Access
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""Who may do what: every "may this person X" of every surface, defined once.
+"""Who may do what: every "may this person X" of every surface and of the loop, defined once.
 
 The policy file says who holds which role and which roles a tool names (`allow`,
 `approvers`, `escalate_to`, `admins`); this module turns that into answers. One rule is
