@@ -37,6 +37,8 @@ from tests.support.slack_bot import (
     CHANNEL,
     STRANGER,
     SUPPORT,
+    SUPPORT2,
+    USERGROUPS,
     BotEnv,
     bot_env,
     buttons,
@@ -166,6 +168,45 @@ def test_revocation_expiry_a_policy_change_and_a_schema_change_each_end_the_gran
     declare_note({**NOTE_SCHEMA, "properties": {**NOTE_SCHEMA["properties"], "tag": {}}})
     lapses_then_asks("fifth", 5)
     assert len(covered_events(env)) == 1  # only b, before the first lapse
+
+
+def test_a_grant_covers_nothing_while_its_grantor_is_out_of_the_approvers_group(
+    redis_conn: redis.Redis, model_server: FakeOpenAI, tickets_db: Path, tmp_path: Path
+) -> None:
+    """A grant approves in its grantor's name: it stops when they could no longer approve the
+    call themselves (their Slack user group, read again at every use). Not revoked: it
+    covers calls again once they are put back."""
+    FILED.clear()
+    declare_note(NOTE_SCHEMA)
+    model_server.route("first", [note("a"), note("b"), "ok"])
+    for word in ("second", "third"):
+        model_server.route(word, [note(word), "ok"])
+    [group] = USERGROUPS
+    lapsed = metrics.GRANT_LAPSED.labels("grantor_roles")._value.get()
+    try:
+        with bot_env(redis_conn, model_server.url, tmp_path, policy=POLICY, groups_ttl=0) as env:
+            thread = ask(env, "first notes")["ts"]
+            grant_thread(env, *card_for(env, 1)[:2], thread)
+            assert [f["title"] for f in FILED] == ["a", "b"] and len(cards(env)) == 1
+
+            env.slack.add_usergroup(group["id"], group["handle"], [SUPPORT2])  # SUPPORT left
+            ask(env, "second note", thread_ts=thread)
+            approval_id, card_ts, _ = card_for(env, 2)  # a card, not the grant
+            assert [f["title"] for f in FILED] == ["a", "b"]
+            assert metrics.GRANT_LAPSED.labels("grantor_roles")._value.get() == lapsed + 1
+            [grant] = grants.allowed_for(env.rt, ALICE)
+            assert not grant.revoked and grant.uses == 1
+            env.click(APPROVE, approval_id, SUPPORT2, channel=CHANNEL, message_ts=card_ts)
+            env.work()
+            assert FILED[-1]["title"] == "second"
+
+            env.slack.add_usergroup(group["id"], group["handle"], group["users"])  # back
+            ask(env, "third note", thread_ts=thread)
+            assert FILED[-1]["title"] == "third" and len(cards(env)) == 2  # covered again
+            [grant] = grants.allowed_for(env.rt, ALICE)
+            assert grant.uses == 2
+    finally:
+        registry.unregister("file_note")
 
 
 def test_grants_are_refused_to_non_approvers_high_risk_tools_forged_and_replayed_actions(

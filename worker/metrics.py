@@ -127,11 +127,20 @@ GRANT_COVERED = Counter(
 GRANT_LAPSED = Counter(
     "switchboard_grant_lapsed_calls",
     "Write calls a matching grant no longer covered (a card was shown), by why: revoked, "
-    "expired, policy_changed, tool_changed, missing.",
+    "expired, policy_changed, tool_changed, missing, grantor_roles (the grantor may no "
+    "longer approve the call), grantor_unconfirmed (their roles could not be read).",
     ["why"],
 )
 GRANT_SCOPES = ("thread", "hour", "day")
-GRANT_LAPSES = ("revoked", "expired", "policy_changed", "tool_changed", "missing")
+GRANT_LAPSES = (
+    "revoked",
+    "expired",
+    "policy_changed",
+    "tool_changed",
+    "missing",
+    "grantor_roles",
+    "grantor_unconfirmed",
+)
 BUILD_INFO = Gauge(
     "switchboard_build_info",
     "Always 1: the version of Switchboard and of Python this process runs.",

@@ -11,10 +11,14 @@ from __future__ import annotations
 import structlog
 
 from approvals import ApprovalRequest
+from approvals.grants import Grant
 from approvals.store import new_request
+from tools.policy import EXTERNAL
 from worker import audit, metrics
+from worker.access import Access
 from worker.events import EventKind
-from worker.run import Call, Run
+from worker.roles import RolesUnavailable
+from worker.run import Call, Requester, Run
 from worker.runtime import Runtime
 
 log = structlog.get_logger(__name__)
@@ -52,6 +56,11 @@ def cover(rt: Runtime, run: Run, call: Call, approval_id: str) -> ApprovalReques
             policy_version=rt.policy.version,
             ttl=rt.settings.approval_ttl,
         )
+        unfit = grantor_unfit(rt, grant, request)
+        if unfit is not None:
+            metrics.grant_lapsed(unfit)
+            log.warning("grant_lapsed", grant_id=grant.id, run_id=run.id, why=unfit)
+            continue
         use = rt.grants.use(
             grant,
             request,
@@ -81,4 +90,31 @@ def cover(rt: Runtime, run: Run, call: Call, approval_id: str) -> ApprovalReques
                 expires_at=grant.expires_at,
             )
         return use.request
+    return None
+
+
+def grantor_unfit(rt: Runtime, grant: Grant, request: ApprovalRequest) -> str | None:
+    """Why the grant's grantor may not make this grant now, or None. A grant approves in its
+    grantor's name, so it covers a call only while they could approve that call themselves:
+    their roles as they are now (someone who leaves the approvers' Slack user group stops
+    approving through the grants they made; a policy change ends every grant anyway). Not
+    used, not revoked: people are asked instead ("grantor_unconfirmed" when Slack cannot
+    say, failing closed as a run's own steps do)."""
+    # A grantor from another organization than the requester's is held to the rule for
+    # external people: an approver role by name (stricter, never looser).
+    external = bool(grant.grantor_team) and grant.grantor_team != grant.team_id
+    grantor = Requester(
+        user_id=grant.grantor, team_id=grant.grantor_team, roles=[EXTERNAL] if external else []
+    )
+    access = Access.of(rt)
+    try:
+        roles = (
+            rt.roles(grantor)
+            if rt.roles is not None
+            else access.roles(grant.grantor, external=external)
+        )
+    except RolesUnavailable:
+        return "grantor_unconfirmed"
+    if not access.may_grant(request, grant.scope, grant.grantor, roles):
+        return "grantor_roles"
     return None
