@@ -55,6 +55,19 @@ redis.call('HINCRBY', KEYS[1], 'uses', 1)
 return {'ok', tostring(now)}
 """
 
+# KEYS: grant hash, the requester's index, the index of all.  ARGV: now, the cap, the hash's
+# time to live, expires at, grant id, then the grant's fields (name, value, ...).
+# Counts the requester's live grants and adds this one in one step: two approvers granting at
+# once cannot both pass a count taken before either was added.
+_CREATE = """
+if redis.call('ZCOUNT', KEYS[2], ARGV[1], '+inf') >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+return 1
+"""
+
 # KEYS: grant hash, the requester's index, the index of all.  ARGV: revoker, grant id.
 _REVOKE = """
 local r = redis.call('HMGET', KEYS[1], 'id', 'revoked_at')
@@ -191,6 +204,7 @@ class GrantStore:
         self.keep_after = keep_after
         self._use = connection.register_script(_USE)
         self._revoke = connection.register_script(_REVOKE)
+        self._create = connection.register_script(_CREATE)
 
     def create(
         self,
@@ -212,8 +226,6 @@ class GrantStore:
         is the caller's (worker/service/grants.py)."""
         now = time.time()
         self._prune(requester, now)
-        if self.redis.zcount(self.keys.grants_of(requester), now, "+inf") >= MAX_LIVE:
-            raise TooManyGrants(requester)
         grant = Grant(
             id="gr_" + secrets.token_hex(10),
             tool=tool,
@@ -231,12 +243,20 @@ class GrantStore:
             approval_id=approval_id,
             run_id=run_id,
         )
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.grant(grant.id), mapping=grant.to_hash())
-        pipe.expire(self.keys.grant(grant.id), int(SCOPE_SECONDS[scope]) + self.keep_after)
-        pipe.zadd(self.keys.grants_of(requester), {grant.id: grant.expires_at})
-        pipe.zadd(self.keys.grants, {grant.id: grant.expires_at})
-        pipe.execute()
+        fields = [item for pair in grant.to_hash().items() for item in pair]
+        added = self._create(
+            keys=[self.keys.grant(grant.id), self.keys.grants_of(requester), self.keys.grants],
+            args=[
+                now,
+                MAX_LIVE,
+                int(SCOPE_SECONDS[scope]) + self.keep_after,
+                grant.expires_at,
+                grant.id,
+                *fields,
+            ],
+        )
+        if not added:
+            raise TooManyGrants(requester)
         return grant
 
     def find(self, grant_id: str) -> Grant | None:

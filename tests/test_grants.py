@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tools.builtin
-from approvals.grants import Constraint, Grant, GrantStore
+from approvals.grants import MAX_LIVE, Constraint, Grant, GrantStore, TooManyGrants
 from approvals.store import new_request
 from bot.render.grants import OPTIONS_PER_GROUP, WIDEN_BLOCK, WIDEN_INPUT, read_widened
 from tests.support.access import Asked
@@ -291,3 +291,29 @@ def test_a_tool_that_starts_acting_as_the_person_is_another_contract() -> None:
         connection="github",
     )
     assert own.contract_digest != theirs.contract_digest
+
+
+def test_approvers_granting_at_once_never_pass_the_cap(redis_conn: redis.Redis) -> None:
+    """The count and the add are one step: a count taken before another approver's grant was
+    added let both through (MAX_LIVE + 1)."""
+    store = GrantStore(redis_conn)
+    for _ in range(MAX_LIVE - 1):
+        make_grant(store)
+    start = threading.Barrier(16)
+    made: list[str] = []
+    refused: list[str] = []
+
+    def grant() -> None:
+        start.wait()
+        try:
+            made.append(make_grant(store).id)
+        except TooManyGrants:
+            refused.append("refused")
+
+    threads = [threading.Thread(target=grant) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(made), len(refused)) == (1, 15)
+    assert len(store.live_for("UALICE")) == MAX_LIVE
