@@ -276,7 +276,7 @@ def test_a_run_whose_lease_lapsed_while_redis_stalled_stays_due_for_the_sweeper(
     redis_conn.lpop(rt.queue.key)  # the job a worker took
     lease = rt.leases.acquire(run.id)
     assert lease is not None
-    due_seen = rt.store.due_score(run.id)
+    due_seen = lease.due_seen
     redis_conn.delete(rt.store.keys.lease(run.id))  # lapsed: Redis did not answer the renewals
     assert lease.release(due_seen)  # the worker gives up on its next save and lets go
     wait_until(lambda: rt.store.overdue(older_than=0.05), what="the run to be overdue")

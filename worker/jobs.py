@@ -42,12 +42,12 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
         if lease is None:
             rt.store.wake(run_id)  # the holder will see the new score and look again
             return "busy"
-        due_seen = rt.store.due_score(run_id)
+        due_seen = lease.due_seen
         structlog.contextvars.bind_contextvars(run_id=run_id)
         rt.events.hold(run_id)
         outcome = ""
         try:
-            outcome = _advance_held(rt, run_id, lease.token)
+            outcome = _advance_held(rt, run_id, lease.token, lease.document)
             if outcome == HANDED_BACK:
                 rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
@@ -67,9 +67,9 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
             return outcome
 
 
-def _advance_held(rt: runtime.Runtime, run_id: str, token: str) -> str:
+def _advance_held(rt: runtime.Runtime, run_id: str, token: str, document: bytes | None) -> str:
     try:
-        run = rt.store.load(run_id)
+        run = rt.store.load(run_id, document)  # read with the lease
     except RunNotFound:
         log.warning("advance_missing_run", run_id=run_id)
         return "missing"

@@ -46,12 +46,24 @@ return 1
 
 
 class Lease:
-    """A held lease on one run. Release it exactly once."""
+    """A held lease on one run. Release it exactly once.
 
-    def __init__(self, keeper: LeaseKeeper, run_id: str, token: str) -> None:
+    `due_seen` (the run's score in the due set) and `document` (the run as stored, None if
+    there is none) were read right after the lease was taken, in the same round trip."""
+
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        run_id: str,
+        token: str,
+        due_seen: str = "",
+        document: bytes | None = None,
+    ) -> None:
         self.keeper = keeper
         self.run_id = run_id
         self.token = token
+        self.due_seen = due_seen
+        self.document = document
 
     def release(self, due_seen: str) -> bool:
         """Let go of the run. True when it was woken meanwhile and needs another look."""
@@ -74,7 +86,14 @@ class LeaseKeeper:
     def acquire(self, run_id: str) -> Lease | None:
         # the holder's pid in the token: who holds a run is visible to operators and tests
         token = f"{os.getpid()}-{secrets.token_hex(6)}"
-        if not self.redis.set(self.store.keys.lease(run_id), token, nx=True, px=self.ms):
+        # what the holder reads first, sent behind the lease in one round trip (issue 28);
+        # Redis runs them in this order, so they are read with the lease held, as one by one
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.store.keys.lease(run_id), token, nx=True, px=self.ms)
+        pipe.zscore(self.store.keys.due, run_id)
+        pipe.get(self.store.keys.run(run_id))
+        taken, due, document = pipe.execute()
+        if not taken:
             return None
         with self._lock:
             self._held[run_id] = token
@@ -83,7 +102,7 @@ class LeaseKeeper:
                     target=self._heartbeat, name="lease-keeper", daemon=True
                 )
                 self._thread.start()
-        return Lease(self, run_id, token)
+        return Lease(self, run_id, token, "" if due is None else repr(due), document)
 
     def release(self, lease: Lease, due_seen: str) -> bool:
         with self._lock:

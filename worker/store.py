@@ -123,8 +123,9 @@ class RunStore:
             self._wake(keys=[self.keys.due], args=[run.id], client=pipe)
         pipe.execute()
 
-    def load(self, run_id: str) -> Run:
-        raw = self.redis.get(self.keys.run(run_id))
+    def load(self, run_id: str, document: bytes | None = None) -> Run:
+        """The run as stored; from `document` when the caller read it already."""
+        raw = document if document is not None else self.redis.get(self.keys.run(run_id))
         if raw is None:
             raise RunNotFound(run_id)
         return Run.from_json(raw)
@@ -179,10 +180,6 @@ class RunStore:
     def clear_queued(self, run_id: str, job_id: str | None) -> None:
         """A worker took the job: drop the mark, unless it already names a later job."""
         self._clear_queued(keys=[self.keys.queued(run_id)], args=[job_id or ""])
-
-    def due_score(self, run_id: str) -> str:
-        score = self.redis.zscore(self.keys.due, run_id)
-        return "" if score is None else repr(score)
 
     def overdue(self, older_than: float, limit: int = 200) -> list[str]:
         cutoff_ms = (time.time() - older_than) * 1000
