@@ -129,6 +129,9 @@ class Grant:
     revoked_by: str = ""
     revoked_at: float = 0.0
     uses: int = 0
+    # the grantor was from another organization than the workspace's (Slack Connect) when
+    # they made it: their roles are read again as such at every use
+    grantor_external: bool = False
 
     @property
     def revoked(self) -> bool:
@@ -177,6 +180,7 @@ class Grant:
             revoked_by=data.get("revoked_by", ""),
             revoked_at=float(data.get("revoked_at") or 0.0),
             uses=int(data.get("uses") or 0),
+            grantor_external=data.get("grantor_external") == "True",
         )
 
 
@@ -221,6 +225,7 @@ class GrantStore:
         tool_digest: str,
         approval_id: str,
         run_id: str,
+        grantor_external: bool = False,
     ) -> Grant:
         """A new grant for `SCOPE_SECONDS[scope]`; TooManyGrants past MAX_LIVE. Authorisation
         is the caller's (worker/service/grants.py)."""
@@ -242,6 +247,7 @@ class GrantStore:
             expires_at=now + SCOPE_SECONDS[scope],
             approval_id=approval_id,
             run_id=run_id,
+            grantor_external=grantor_external,
         )
         fields = [item for pair in grant.to_hash().items() for item in pair]
         added = self._create(

@@ -111,7 +111,7 @@ class Decision:
 
 PAGE = 500  # requests read per round trip
 
-# KEYS: approval hash, owed cards.  ARGV: the card (canonical JSON), now, id.
+# KEYS: approval hash, owed cards.  ARGV: the card (canonical JSON), id.
 # Appends the card in one step, so two cards recorded at once both stay (a read, then a write
 # of the whole list, lost one). A card recorded once the request is decided was not redrawn
 # by the decider, which knew only the cards before it: it is owed the outcome (found by the
@@ -127,8 +127,22 @@ else
   cards = string.sub(cards, 1, -2) .. ',' .. ARGV[1] .. ']'
 end
 redis.call('HSET', KEYS[1], 'cards', cards)
-if status ~= 'pending' then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3]) end
+if status ~= 'pending' then
+  local t = redis.call('TIME')  -- owed since the decision, when it is owed already
+  redis.call('ZADD', KEYS[2], 'NX', tonumber(t[1]) + tonumber(t[2]) / 1000000, ARGV[2])
+end
 return status
+"""
+
+# KEYS: approval hash, owed cards.  ARGV: id, how many of its cards were redrawn ('' for all).
+# The debt is cleared only if no card was recorded since the redrawer read the cards: a card
+# posted meanwhile (`_ADD_CARD`) stays owed for its poster or the sweeper.
+_CARD_SHOWN = """
+if ARGV[2] ~= '' then
+  local cards = redis.call('HGET', KEYS[1], 'cards')
+  if cards and #cjson.decode(cards) > tonumber(ARGV[2]) then return 0 end
+end
+return redis.call('ZREM', KEYS[2], ARGV[1])
 """
 
 
@@ -150,6 +164,7 @@ class ApprovalStore:
         self.keep_after_decision = keep_after_decision
         self._decide = connection.register_script(_DECIDE)
         self._add_card = connection.register_script(_ADD_CARD)
+        self._card_shown = connection.register_script(_CARD_SHOWN)
 
     def create(
         self,
@@ -279,15 +294,19 @@ class ApprovalStore:
         one, so the card is owed the outcome (the sweeper redraws it if the caller does not)."""
         found = self._add_card(
             keys=[self.keys.approval(approval_id), self.keys.owed_cards],
-            args=[canonical_json(card), time.time(), approval_id],
+            args=[canonical_json(card), approval_id],
         )
         if found is None:
             raise ApprovalNotFound(approval_id)
         return bool(found == b"pending")
 
-    def card_shown(self, approval_id: str) -> None:
-        """Its cards show the decision now (or it has none left to redraw)."""
-        self.redis.zrem(self.keys.owed_cards, approval_id)
+    def card_shown(self, approval_id: str, drawn: int | None = None) -> None:
+        """Its cards show the decision now (or it has none left to redraw). With `drawn`,
+        the number of its cards the caller redrew: a card recorded since stays owed."""
+        self._card_shown(
+            keys=[self.keys.approval(approval_id), self.keys.owed_cards],
+            args=[approval_id, "" if drawn is None else drawn],
+        )
 
     def owed_cards(self, older_than: float, limit: int = 100) -> list[str]:
         """Decided requests whose cards were not redrawn within `older_than` seconds."""

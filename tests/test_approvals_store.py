@@ -238,25 +238,32 @@ def test_cards_recorded_at_once_all_stay_and_one_after_the_decision_is_owed(
         for n in range(12)
     ]
     start = threading.Barrier(len(cards))
+    pending_then: list[bool] = []
 
     def record(card: dict[str, str]) -> None:
         start.wait()
-        assert store.add_card(approval_id, card) is True  # pending: nothing owed
+        pending_then.append(store.add_card(approval_id, card))
 
     threads = [threading.Thread(target=record, args=(card,)) for card in cards]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert pending_then == [True] * 12  # pending: nothing owed
     kept = store.get(approval_id).cards
     assert sorted(kept, key=lambda c: c["channel"]) == sorted(cards, key=lambda c: c["channel"])
     assert store.owed_cards(older_than=0) == []
 
-    store.decide(approval_id, ApprovalStatus.REJECTED, "UAPPROVER", "no")
-    store.card_shown(approval_id)  # the decider redrew the twelve it knew of
+    decision = store.decide(approval_id, ApprovalStatus.REJECTED, "UAPPROVER", "no")
+    owed_since = redis_conn.zscore(store.keys.owed_cards, approval_id)
+    assert owed_since is not None
     late = {"channel": "CLATE", "ts": "2.000001"}
-    assert store.add_card(approval_id, late) is False
+    assert store.add_card(approval_id, late) is False  # posted while the decider redraws
     assert store.get(approval_id).cards[-1] == late
-    assert store.owed_cards(older_than=0) == [approval_id]
+    assert redis_conn.zscore(store.keys.owed_cards, approval_id) == owed_since  # not later
+    store.card_shown(approval_id, drawn=len(decision.request.cards))  # the twelve it knew of
+    assert store.owed_cards(older_than=0) == [approval_id]  # the late one is still owed
+    store.card_shown(approval_id, drawn=13)  # its poster redrew it too
+    assert store.owed_cards(older_than=0) == []
     with pytest.raises(ApprovalNotFound):
         store.add_card("ap_missing", late)

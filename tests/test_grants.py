@@ -105,6 +105,19 @@ def test_only_an_approver_may_grant_and_a_requester_only_where_self_grants(
     assert Access(allowed).may_grant(asked, "thread", "UALICE", roles)
 
 
+def test_an_escalation_role_decides_the_escalated_request_but_grants_nothing(
+    registry: ToolRegistry,
+) -> None:
+    """The calls a grant covers are not escalated: only who may approve those may grant."""
+    text = BASE.replace("support: [USUPPORT]", "support: [USUPPORT]\n  managers: [UBOSS]")
+    text += "    escalate_to: [managers]\n    escalate_after: 4h\n    grants: [thread]\n"
+    policy = Policy.parse(text, registry)
+    access, escalated = Access(policy), Asked("create_ticket", "UALICE", escalated=True)
+    assert access.may_decide(escalated, "UBOSS", policy.roles_for("UBOSS"))
+    assert not access.may_grant(escalated, "thread", "UBOSS", policy.roles_for("UBOSS"))
+    assert access.may_grant(escalated, "thread", "USUPPORT", policy.roles_for("USUPPORT"))
+
+
 # -- the constraint --------------------------------------------------------------------------
 
 VALUES = st.recursive(
@@ -316,4 +329,4 @@ def test_approvers_granting_at_once_never_pass_the_cap(redis_conn: redis.Redis) 
     for thread in threads:
         thread.join()
     assert (len(made), len(refused)) == (1, 15)
-    assert len(store.live_for("UALICE")) == MAX_LIVE
+    assert redis_conn.zcard(store.keys.grants_of("UALICE")) == MAX_LIVE  # not capped reading

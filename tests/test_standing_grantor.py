@@ -1,4 +1,4 @@
-"""worker.standing.grantor_unfit: a grant covers a call only while its grantor could approve
+"""worker.standing.Grantors: a grant covers a call only while its grantor could approve
 the call now; their roles come from the runtime's resolver (Slack's user groups in the bot
 and workers), and a resolver that cannot say covers nothing (tests/test_bot_grants.py drives
 the user-group case end to end through Slack)."""
@@ -23,7 +23,7 @@ from tools.registry import registry
 from worker.roles import RolesUnavailable
 from worker.run import Requester
 from worker.runtime import Runtime
-from worker.standing import grantor_unfit
+from worker.standing import UNCONFIRMED, Grantors
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def rt(redis_conn: redis.Redis, model_server: FakeOpenAI, tmp_path: Path) -> Ite
         registry.unregister("file_note")
 
 
-def made(rt: Runtime, grantor_team: str = "T0001") -> tuple[Grant, ApprovalRequest]:
+def made(rt: Runtime, grantor_external: bool = False) -> tuple[Grant, ApprovalRequest]:
     tool = registry.get("file_note")
     assert tool is not None
     grant = rt.grants.create(
@@ -45,7 +45,7 @@ def made(rt: Runtime, grantor_team: str = "T0001") -> tuple[Grant, ApprovalReque
         requester=ALICE,
         team_id="T0001",
         grantor=SUPPORT,
-        grantor_team=grantor_team,
+        grantor_team="T0OTHER" if grantor_external else "T0001",
         scope="hour",
         thread="",
         constraint=Constraint.of({"project": "IT", "title": "x"}, {"title"}),
@@ -53,6 +53,7 @@ def made(rt: Runtime, grantor_team: str = "T0001") -> tuple[Grant, ApprovalReque
         tool_digest=tool.contract_digest,
         approval_id="ap_first",
         run_id="r1",
+        grantor_external=grantor_external,
     )
     request = new_request(
         approval_id="ap_next",
@@ -73,26 +74,45 @@ def test_the_grantors_roles_now_decide_and_a_resolver_that_cannot_say_covers_not
     rt: Runtime,
 ) -> None:
     asked: list[Requester] = []
-    held = {SUPPORT: frozenset({"everyone", "support"})}
+    groups = {SUPPORT: {"support"}}  # the user groups' roles Slack gives them
 
-    def resolver(who: Requester) -> frozenset[str]:
+    def resolver(who: Requester) -> frozenset[str]:  # as bot.state.identity's
         asked.append(who)
-        if who.user_id not in held:
+        if who.user_id not in groups:
             raise RolesUnavailable("Slack did not answer")
-        return held[who.user_id]
+        if EXTERNAL in who.roles:  # another organization: none of our groups
+            return frozenset({"everyone", EXTERNAL})
+        return frozenset({"everyone", *groups[who.user_id]})
 
     rt.roles = resolver
     grant, request = made(rt)
-    assert grantor_unfit(rt, grant, request) is None
+    assert Grantors(rt).unfit(grant, request) is None
     assert asked[-1].user_id == SUPPORT and EXTERNAL not in asked[-1].roles
 
-    held[SUPPORT] = frozenset({"everyone"})  # left @support-team
-    assert grantor_unfit(rt, grant, request) == "grantor_roles"
+    groups[SUPPORT] = set()  # left @support-team
+    assert Grantors(rt).unfit(grant, request) == "grantor_roles"
 
-    del held[SUPPORT]
-    assert grantor_unfit(rt, grant, request) == "grantor_unconfirmed"
+    del groups[SUPPORT]
+    assert Grantors(rt).unfit(grant, request) == UNCONFIRMED
 
-    held[SUPPORT] = frozenset({"everyone", "support"})
-    other_org, _ = made(rt, grantor_team="T0OTHER")  # Slack Connect: held to the external rule
-    assert grantor_unfit(rt, other_org, request) is None
+    groups[SUPPORT] = {"support"}
+    external, _ = made(rt, grantor_external=True)  # made from another organization
+    stored = rt.grants.find(external.id)
+    assert stored is not None and stored.grantor_external
+    assert Grantors(rt).unfit(external, request) == "grantor_roles"  # no group roles for them
     assert EXTERNAL in asked[-1].roles
+
+
+def test_roles_are_read_once_per_grantor_within_one_look(rt: Runtime) -> None:
+    asked: list[str] = []
+
+    def resolver(who: Requester) -> frozenset[str]:
+        asked.append(who.user_id)
+        return frozenset({"everyone", "support"})
+
+    rt.roles = resolver
+    grant, request = made(rt)
+    another, _ = made(rt)
+    grantors = Grantors(rt)
+    assert grantors.unfit(grant, request) is None and grantors.unfit(another, request) is None
+    assert asked == [SUPPORT]

@@ -42,6 +42,15 @@ class Granted(Protocol):
 
 
 @dataclass(frozen=True)
+class _Later:
+    """A later call like `request`, as a standing grant would cover it: not escalated."""
+
+    tool: str
+    requester: str
+    escalated: bool = False
+
+
+@dataclass(frozen=True)
 class Access:
     policy: Policy
 
@@ -116,8 +125,11 @@ class Access:
     def may_grant(self, request: Decidable, scope: str, user: str, roles: frozenset[str]) -> bool:
         """Approve and allow similar calls (`scope`: thread, hour or day): a person who may
         decide this request, for a scope the tool's rule offers. A requester who may approve
-        their own call may grant for themselves only where the rule says `self_grants`."""
-        if scope not in self.grant_scopes(request) or not self.may_decide(request, user, roles):
+        their own call may grant for themselves only where the rule says `self_grants`. The
+        calls a grant covers are not escalated, so an `escalate_to` role, which decides this
+        request once it is escalated, does not let its holder grant."""
+        later = _Later(request.tool, request.requester)
+        if scope not in self.grant_scopes(request) or not self.may_decide(later, user, roles):
             return False
         return user != request.requester or self.policy.rule(request.tool).self_grants
 

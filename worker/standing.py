@@ -41,6 +41,7 @@ def cover(rt: Runtime, run: Run, call: Call, approval_id: str) -> ApprovalReques
     if tool is None:
         return None
     user, thread = run.requester.user_id, thread_of(run)
+    grantors = Grantors(rt)
     for grant in rt.grants.live_for(user):
         if not grant.matches(call.name, user, thread, call.args, run.requester.team_id):
             continue
@@ -56,10 +57,18 @@ def cover(rt: Runtime, run: Run, call: Call, approval_id: str) -> ApprovalReques
             policy_version=rt.policy.version,
             ttl=rt.settings.approval_ttl,
         )
-        unfit = grantor_unfit(rt, grant, request)
+        # revoked, or made under another policy or tool version: `use` says so, below, for
+        # certain (no clock in it); else the grantor must still be able to approve the call
+        settled = grant.revoked or (grant.policy_version, grant.tool_digest) != (
+            rt.policy.version,
+            tool.contract_digest,
+        )
+        unfit = None if settled else grantors.unfit(grant, request)
         if unfit is not None:
             metrics.grant_lapsed(unfit)
             log.warning("grant_lapsed", grant_id=grant.id, run_id=run.id, why=unfit)
+            if unfit == UNCONFIRMED:  # nor will the next grant's be: ask people
+                return None
             continue
         use = rt.grants.use(
             grant,
@@ -93,28 +102,42 @@ def cover(rt: Runtime, run: Run, call: Call, approval_id: str) -> ApprovalReques
     return None
 
 
-def grantor_unfit(rt: Runtime, grant: Grant, request: ApprovalRequest) -> str | None:
-    """Why the grant's grantor may not make this grant now, or None. A grant approves in its
-    grantor's name, so it covers a call only while they could approve that call themselves:
-    their roles as they are now (someone who leaves the approvers' Slack user group stops
-    approving through the grants they made; a policy change ends every grant anyway). Not
-    used, not revoked: people are asked instead ("grantor_unconfirmed" when Slack cannot
-    say, failing closed as a run's own steps do)."""
-    # A grantor from another organization than the requester's is held to the rule for
-    # external people: an approver role by name (stricter, never looser).
-    external = bool(grant.grantor_team) and grant.grantor_team != grant.team_id
-    grantor = Requester(
-        user_id=grant.grantor, team_id=grant.grantor_team, roles=[EXTERNAL] if external else []
-    )
-    access = Access.of(rt)
-    try:
-        roles = (
-            rt.roles(grantor)
-            if rt.roles is not None
-            else access.roles(grant.grantor, external=external)
+UNCONFIRMED = "grantor_unconfirmed"
+
+
+class Grantors:
+    """Whether a grant's grantor could approve a call now, their roles read once per `cover`.
+
+    A grant approves in its grantor's name, so it covers a call only while they could approve
+    that call themselves: their roles as they are now (someone who leaves the approvers'
+    Slack user group stops approving through the grants they made; a policy change ends
+    every grant anyway). Such a grant is not used, not revoked: people are asked instead,
+    and also when Slack cannot say (UNCONFIRMED), failing closed as a run's own steps do."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.access = Access.of(rt)
+        self._roles: dict[tuple[str, str, bool], frozenset[str]] = {}
+
+    def unfit(self, grant: Grant, request: ApprovalRequest) -> str | None:
+        """Why `grant`'s grantor may not make it for `request` now, or None."""
+        key = (grant.grantor, grant.grantor_team, grant.grantor_external)
+        if key not in self._roles:
+            try:
+                self._roles[key] = self._read(grant)
+            except RolesUnavailable:
+                return UNCONFIRMED
+        if not self.access.may_grant(request, grant.scope, grant.grantor, self._roles[key]):
+            return "grantor_roles"
+        return None
+
+    def _read(self, grant: Grant) -> frozenset[str]:
+        external = grant.grantor_external  # as when they made it (Slack's signed payload)
+        if self.rt.roles is None:  # no Slack: the policy names people by id
+            return self.access.roles(grant.grantor, external=external)
+        grantor = Requester(
+            user_id=grant.grantor,
+            team_id=grant.grantor_team,
+            roles=[EXTERNAL] if external else [],
         )
-    except RolesUnavailable:
-        return "grantor_unconfirmed"
-    if not access.may_grant(request, grant.scope, grant.grantor, roles):
-        return "grantor_roles"
-    return None
+        return self.rt.roles(grantor)

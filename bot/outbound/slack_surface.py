@@ -245,10 +245,9 @@ class SlackSurface:
         where = {"channel": str(response["channel"]), "ts": str(response["ts"])}
         if batch_id:
             where["batch"] = batch_id
-        for each in requests:
-            if approvals.add_card(self.rt, each.id, where):
-                continue
-            decided = approvals.find(self.rt, each.id)  # decided while the card was posted
+        late = [each.id for each in requests if not approvals.add_card(self.rt, each.id, where)]
+        for approval_id in late:  # decided while the card was posted: its outcome, at once
+            decided = approvals.find(self.rt, approval_id)
             if decided is not None:
                 self.show_outcome(decided)
 
@@ -341,7 +340,7 @@ class SlackSurface:
                 later = later or passing(error)
                 log.exception("approval_card_update_failed", approval_id=request.id, **card)
         if request.decided and not later:
-            approvals.card_shown(self.rt, request.id)
+            approvals.card_shown(self.rt, request.id, drawn=len(request.cards))
 
     def approval_reminders(
         self, run: Run, requests: list[ApprovalRequest], *, escalated: bool

@@ -10,7 +10,8 @@ this person X" once.
 - `library`: save a run as a candidate demonstration.
 - `resuming`: a run that waited for a person's connection goes on once they connect.
 - `health`: what waits (queue, runs in flight, approvals) and the worker fleet, for status.
-- `access`: `Access`, every permission check.
+- `Access` (worker/access.py, in the runtime so that the loop asks it too): every
+  permission check.
 
 Surfaces parse their input, call these and render the result; they never touch the run
 store, the approvals store, the event log or the policy themselves (an import-linter

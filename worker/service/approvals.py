@@ -49,10 +49,11 @@ def add_card(rt: Runtime, approval_id: str, card: dict[str, str]) -> bool:
     return rt.approvals.add_card(approval_id, card)
 
 
-def card_shown(rt: Runtime, approval_id: str) -> None:
+def card_shown(rt: Runtime, approval_id: str, drawn: int | None = None) -> None:
     """Every card of a decided request shows its outcome: nothing is owed to it any more
-    (the sweeper redraws the cards of decisions nobody got to, worker/sweeper.py)."""
-    rt.approvals.card_shown(approval_id)
+    (the sweeper redraws the cards of decisions nobody got to, worker/sweeper.py). With
+    `drawn`, how many of its recorded cards the caller redrew: one recorded since stays owed."""
+    rt.approvals.card_shown(approval_id, drawn)
 
 
 def approvals_channel(rt: Runtime) -> str | None:

@@ -19,6 +19,7 @@ import structlog
 
 from approvals import ApprovalRequest
 from approvals.grants import MAX_LIVE, Constraint, Grant, TooManyGrants
+from tools.policy import EXTERNAL
 from tools.policy_file import GRANT_SCOPES
 from worker import metrics
 from worker.access import Access
@@ -131,6 +132,7 @@ def approve_and_allow(
             tool_digest=tool.contract_digest,
             approval_id=request.id,
             run_id=request.run_id,
+            grantor_external=EXTERNAL in decider_roles,
         )
     except TooManyGrants:  # made meanwhile by another approver: approved, but no grant
         log.warning("grant_not_made", approval_id=request.id, why="too_many")
