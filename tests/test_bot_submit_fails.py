@@ -12,6 +12,7 @@ changes while the bot runs (ACL changes apply to open connections at once).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from structlog.testing import capture_logs
 
 from bot.render import messages as m
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.slack_server import app_mention, message
+from tests.fakes.slack_server import app_mention, message, message_im, next_ts
 from tests.support.redis_server import RedisServer
 from tests.support.runtime import make_runtime
 from tests.support.slack_bot import ALICE, CHANNEL, BotEnv, bot_env
@@ -160,6 +161,70 @@ def test_an_overheard_reply_that_cannot_be_submitted_is_told_to_its_author_alone
     bot.event(reply, event_id="Ev0SUBMIT02", headers=RETRY)
     second = bot.wait_for_runs(2)[0]
     assert (second.question, second.parent_id) == ("and Django?", first.id)
+
+
+def reads_fail(admin: redis.Redis) -> None:
+    """GET is refused: the bot cannot look up which threads it answered in."""
+    let_the_bot(admin, ["+@all", "-get"])
+
+
+def test_a_reply_while_redis_cannot_say_which_threads_the_bot_answered_is_not_dropped(
+    bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    """The thread lookup failing used to end the listener: the reply, claimed and acked, was
+    dropped with nobody told. Slack's copy of the thread says whether the bot answered
+    there: its author is told nothing was started; a reply in someone else's thread still
+    gets nothing."""
+    model_server.route("SQL", ["SQL Basics costs $499."])
+    mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
+    bot.event(mention)
+    bot.wait_for_runs(1)
+    bot.work()  # answered: the bot follows replies in this thread
+    chatter = bot.slack.add_message(CHANNEL, "lunch at noon?", user="UBOB")
+
+    reads_fail(admin)
+    with capture_logs() as logs:
+        bot.event(message("and Django?", user=ALICE, thread_ts=mention["ts"]))
+        bot.event(message("sure", user="UCAROL", thread_ts=chatter))
+        bot.settle()
+
+    [said] = told(bot, "chat.postEphemeral")
+    assert (said["channel"], said["user"], said["thread_ts"]) == (CHANNEL, ALICE, mention["ts"])
+    assert told(bot, "chat.postMessage") == []
+    assert len(bot.slack.calls("conversations.replies")) == 2  # one look at each thread
+    assert len(warnings_named(logs, "thread_lookup_failed")) == 2
+    assert [e for e in logs if e["event"] == "listener_failed"] == []
+
+
+def test_an_assistant_thread_message_is_asked_though_redis_cannot_say_it_is_one(
+    bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
+) -> None:
+    """A DM thread's message is a question either way; the lookup of whether the thread is an
+    assistant thread (for its status and title) failing used to drop it unheard."""
+    model_server.route("SQL", ["SQL Basics costs $499."])
+    thread_ts = next_ts()
+    bot.event(
+        {
+            "type": "assistant_thread_started",
+            "assistant_thread": {
+                "user_id": ALICE,
+                "channel_id": "D0001",
+                "thread_ts": thread_ts,
+                "context": {},
+            },
+            "event_ts": thread_ts,
+        }
+    )
+    bot.slack.wait_for_call("assistant.threads.setSuggestedPrompts")
+    let_the_bot(admin, ["+@all", "-exists"])  # the assistant-thread mark cannot be read
+    with capture_logs() as logs:
+        bot.event(message_im("What does SQL Basics cost?", user=ALICE, thread_ts=thread_ts))
+        [run] = bot.wait_for_runs(1)
+    assert run.origin["thread_ts"] == thread_ts and run.origin["assistant"] == ""
+    assert len(warnings_named(logs, "assistant_lookup_failed")) == 1
+    redis_works(admin)
+    bot.work()
+    bot.slack.wait_for_message("D0001", lambda msg: "$499" in json.dumps(msg))
 
 
 def test_a_question_whose_run_was_created_before_redis_failed_is_not_told_to_ask_again(

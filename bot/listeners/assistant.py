@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 import structlog
 from slack_bolt import BoltContext
 from slack_bolt.context.set_status import SetStatus
@@ -61,7 +62,11 @@ def on_assistant_message(
     text = question_text(said.text, context.bot_user_id)
     if not text:
         return
-    in_assistant = sb.threads.is_assistant(channel, thread_ts)
+    try:
+        in_assistant = sb.threads.is_assistant(channel, thread_ts)
+    except redis.RedisError as exc:  # a DM to the bot either way: `ask` tells them if it fails
+        log.warning("assistant_lookup_failed", channel=channel, error=type(exc).__name__)
+        in_assistant = False
     if in_assistant:  # before the run exists, so it cannot land after the answer
         set_status(
             status=m.ASSISTANT_STATUS.format(text="Thinking"), loading_messages=m.ASSISTANT_LOADING

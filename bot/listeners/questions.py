@@ -10,6 +10,7 @@ import redis
 import structlog
 from slack_bolt import BoltContext
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackClientError
 
 from bot.listeners.base import Bot, boundary, say
 from bot.render import messages as m
@@ -117,9 +118,36 @@ def on_message(
             return  # channel chatter is not for us
         if context.bot_user_id and bot_mention(context.bot_user_id).search(said.text):
             return  # a mention: the app_mention listener has it
-        if sb.threads.last_run(said.channel, said.thread_ts) is None:
+        if not answered_in(sb, client, said.channel, said.thread_ts, context.bot_user_id):
             return  # a thread the bot never answered in
     text = question_text(said.text, context.bot_user_id)
     if not text:
         return
     ask(sb, client, Question.of(text, said, body, overheard=said.channel_type != "im"))
+
+
+THREAD_PAGE = 200  # replies read from Slack to find the bot's, when Redis cannot say
+
+
+def answered_in(
+    sb: Bot, client: WebClient, channel: str, thread_ts: str, bot_user_id: str | None
+) -> bool:
+    """Did the bot answer in this channel thread? Redis remembers; when Redis cannot be
+    asked, Slack's copy of the thread tells (one page of it), so that a reply to the bot
+    during an outage is told nothing was started instead of being dropped unheard, while
+    replies in other people's threads still get nothing."""
+    try:
+        return sb.threads.last_run(channel, thread_ts) is not None
+    except redis.RedisError as exc:
+        log.warning("thread_lookup_failed", channel=channel, error=type(exc).__name__)
+    if not bot_user_id:
+        return False
+    try:
+        replies = client.conversations_replies(channel=channel, ts=thread_ts, limit=THREAD_PAGE)
+    except (SlackClientError, OSError) as exc:  # Slack refused, or could not be reached
+        log.warning("thread_lookup_failed", channel=channel, error=type(exc).__name__, slack=True)
+        return False
+    return any(
+        isinstance(msg, dict) and msg.get("user") == bot_user_id
+        for msg in replies.get("messages") or []
+    )

@@ -592,6 +592,18 @@ def _chat_post_message(fake: FakeSlack, args: dict[str, Any], token: str) -> dic
     return {"channel": channel, "ts": message["ts"], "message": copy.deepcopy(message)}
 
 
+@_method("conversations.replies")
+def _conversations_replies(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
+    """A thread's parent and replies, oldest first (one page of `limit`, as Slack's)."""
+    _require(args, "channel", "ts")
+    with fake._cond:
+        messages = copy.deepcopy(fake._thread_messages(str(args["channel"]), str(args["ts"])))
+    if not messages:
+        raise SlackError("thread_not_found")
+    limit = int(args.get("limit") or 1000)
+    return {"messages": messages[:limit], "has_more": len(messages) > limit}
+
+
 @_method("chat.update")
 def _chat_update(fake: FakeSlack, args: dict[str, Any], token: str) -> dict[str, Any]:
     _require(args, "channel", "ts")
