@@ -17,6 +17,7 @@ from bot.render.blocks import APPROVE, CANCEL, REJECT, REJECT_MODAL, VIEW_RUN
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import (
     app_mention,
+    assistant_thread_started,
     block_actions,
     event_callback,
     message,
@@ -308,18 +309,7 @@ def test_a_dm_and_an_assistant_thread_get_answers_and_status(
     model_server.route("SQL Basics", ["SQL Basics costs 2499."])
     model_server.route("Python Basics", ["Python Basics costs 1999."])
     thread_ts = next_ts()
-    env.event(
-        {
-            "type": "assistant_thread_started",
-            "assistant_thread": {
-                "user_id": ALICE,
-                "channel_id": "D0001",
-                "thread_ts": thread_ts,
-                "context": {},
-            },
-            "event_ts": thread_ts,
-        }
-    )
+    env.event(assistant_thread_started(thread_ts, user=ALICE))
     prompts = env.slack.wait_for_call("assistant.threads.setSuggestedPrompts")
     assert prompts["thread_ts"] == thread_ts and prompts["prompts"]
 

@@ -23,7 +23,13 @@ from structlog.testing import capture_logs
 
 from bot.render import messages as m
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.slack_server import app_mention, message, message_im, next_ts
+from tests.fakes.slack_server import (
+    app_mention,
+    assistant_thread_started,
+    message,
+    message_im,
+    next_ts,
+)
 from tests.support.redis_server import RedisServer
 from tests.support.runtime import make_runtime
 from tests.support.slack_bot import ALICE, CHANNEL, BotEnv, bot_env
@@ -203,18 +209,7 @@ def test_an_assistant_thread_message_is_asked_though_redis_cannot_say_it_is_one(
     assistant thread (for its status and title) failing used to drop it unheard."""
     model_server.route("SQL", ["SQL Basics costs $499."])
     thread_ts = next_ts()
-    bot.event(
-        {
-            "type": "assistant_thread_started",
-            "assistant_thread": {
-                "user_id": ALICE,
-                "channel_id": "D0001",
-                "thread_ts": thread_ts,
-                "context": {},
-            },
-            "event_ts": thread_ts,
-        }
-    )
+    bot.event(assistant_thread_started(thread_ts, user=ALICE))
     bot.slack.wait_for_call("assistant.threads.setSuggestedPrompts")
     let_the_bot(admin, ["+@all", "-exists"])  # the assistant-thread mark cannot be read
     with capture_logs() as logs:

@@ -10,12 +10,14 @@ import pytest
 import redis
 from slack_sdk import WebClient
 
+from approvals import ApprovalRequest
 from bot.outbound.slack_surface import SlackSurface
 from bot.render.blocks import CANCEL
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack, next_ts
 from tests.support.runtime import make_runtime, requester
 from tests.support.slack_bot import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
+from tools.registry import Tool
 from worker import jobs, service, sweeper
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
@@ -65,8 +67,8 @@ def assert_both_cards_expired(updates: list[dict]) -> None:
     assert all("Expired" in texts(u["blocks"]) and not buttons(u["blocks"]) for u in updates)
 
 
-def card_request(rt: Runtime, surface: SlackSurface) -> tuple[Run, str]:
-    """A run with a create_ticket card in its thread and in the approvals channel."""
+def ticket_request(rt: Runtime) -> tuple[Run, ApprovalRequest, Tool]:
+    """A running run's create_ticket request, with no card yet."""
     run = running(rt)
     tool = rt.registry.get("create_ticket")
     assert tool is not None
@@ -81,6 +83,12 @@ def card_request(rt: Runtime, surface: SlackSurface) -> tuple[Run, str]:
         policy_version=rt.policy.version,
         ttl=60,
     )
+    return run, request, tool
+
+
+def card_request(rt: Runtime, surface: SlackSurface) -> tuple[Run, str]:
+    """A run with a create_ticket card in its thread and in the approvals channel."""
+    run, request, tool = ticket_request(rt)
     surface.approval_requested(run, request, tool)
     return run, request.id
 
@@ -185,22 +193,9 @@ def test_a_card_posted_after_its_request_was_decided_shows_the_outcome(
     """A run driven again after its lease lapsed posts the card it asked for while the expiry
     decides: the expiry redrew the cards it knew of, not this one (found by the chaos soak)."""
     surface = registered_surface(rt, slack)
-    tool = rt.registry.get("create_ticket")
-    assert tool is not None
 
     def decided_before_its_card() -> str:
-        run = running(rt)
-        request = rt.approvals.create(
-            run_id=run.id,
-            call_id="c1",
-            tool="create_ticket",
-            args={"project": "IT", "title": "VPN", "body": "down"},
-            requester=ALICE,
-            team_id="T0001",
-            channel_id=CHANNEL,
-            policy_version=rt.policy.version,
-            ttl=60,
-        )
+        run, request, tool = ticket_request(rt)
         assert jobs.expire(rt, request.id) == "expired"  # no card yet: nothing to redraw
         surface.approval_requested(run, request, tool)  # the card, as asked while pending
         return request.id

@@ -232,6 +232,22 @@ def message_im(
     return _message_event("message", text, user, channel, ts, thread_ts, team_id, "im")
 
 
+def assistant_thread_started(
+    thread_ts: str, user: str = DEFAULT_USER, channel: str = "D0001"
+) -> dict[str, Any]:
+    """An `assistant_thread_started` event: `user` opened an assistant thread in their DM."""
+    return {
+        "type": "assistant_thread_started",
+        "assistant_thread": {
+            "user_id": user,
+            "channel_id": channel,
+            "thread_ts": thread_ts,
+            "context": {},
+        },
+        "event_ts": thread_ts,
+    }
+
+
 def block_actions(
     action_id: str,
     value: str,
