@@ -140,7 +140,7 @@ return status
 _CARD_SHOWN = """
 if ARGV[2] ~= '' then
   local cards = redis.call('HGET', KEYS[1], 'cards')
-  if cards and #cjson.decode(cards) > tonumber(ARGV[2]) then return 0 end
+  if cards and cards ~= '' and #cjson.decode(cards) > tonumber(ARGV[2]) then return 0 end
 end
 return redis.call('ZREM', KEYS[2], ARGV[1])
 """

@@ -190,11 +190,12 @@ class SlackSurface:
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         if channel:
             card = self.card(request, tool.description)
-            self._post_card(request, channel, thread_ts, card)
+            self._post_card(run, request, channel, thread_ts, card)
         elsewhere = approvals.approvals_channel(self.rt)
         if elsewhere and elsewhere != channel:
             note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
-            self._post_card(request, elsewhere, None, self.card(request, tool.description, note))
+            card = self.card(request, tool.description, note)
+            self._post_card(run, request, elsewhere, None, card)
 
     def approvals_requested(self, run: Run, requests: list[tuple[ApprovalRequest, Tool]]) -> None:
         """One turn's writes on one card (bot.render.batch_card), ITEMS_PER_CARD at most a
@@ -207,11 +208,12 @@ class SlackSurface:
             group = [request for request, _ in requests[start : start + ITEMS_PER_CARD]]
             batch_id = approvals.create_batch(self.rt, group)
             if channel:
-                self._post_card(group, channel, thread_ts, self.batch(batch_id, group), batch_id)
+                card = self.batch(batch_id, group)
+                self._post_card(run, group, channel, thread_ts, card, batch_id)
             if elsewhere and elsewhere != channel:
                 note = m.CARD_FROM_THREAD.format(channel=channel_link(channel)) if channel else None
                 card = self.batch(batch_id, group, note)
-                self._post_card(group, elsewhere, None, card, batch_id)
+                self._post_card(run, group, elsewhere, None, card, batch_id)
 
     def batch(
         self, batch_id: str, requests: list[ApprovalRequest], elsewhere: str | None = None
@@ -228,6 +230,7 @@ class SlackSurface:
 
     def _post_card(
         self,
+        run: Run,
         request: ApprovalRequest | list[ApprovalRequest],
         channel: str,
         thread_ts: str | None,
@@ -249,7 +252,7 @@ class SlackSurface:
         for approval_id in late:  # decided while the card was posted: its outcome, at once
             decided = approvals.find(self.rt, approval_id)
             if decided is not None:
-                self.show_outcome(decided)
+                self.approval_resolved(run, decided)
 
     def card(
         self,
