@@ -6,8 +6,6 @@ keys (`rq:*`) are RQ's. Each store takes its keys from here, so a key's shape is
 
 from __future__ import annotations
 
-import hashlib
-
 from approvals.keys import ApprovalKeys
 from worker.run import RunStatus
 
@@ -139,11 +137,6 @@ class Keys(ApprovalKeys):
         """String with a TTL: the run that waited for a connection was resumed (SET NX)."""
         return f"{self.ns}run:{run_id}:resumed"
 
-    def oauth_client(self, provider: str, callback: str = "") -> str:
-        """String: the client an MCP server's authorization server registered us as, for
-        one kind of callback (without: the one key of each provider an earlier release
-        kept)."""
-        if not callback:
-            return f"{self.ns}oauth:client:{provider}"
-        digest = hashlib.sha256(callback.encode()).hexdigest()[:16]
-        return f"{self.ns}oauth:client:{provider}:{digest}"
+    def oauth_client(self, provider: str) -> str:
+        """String: the client an MCP server's authorization server registered us as."""
+        return f"{self.ns}oauth:client:{provider}"

@@ -110,24 +110,12 @@ def exchange(
         "redirect_uri": redirect_uri,
         "code_verifier": verifier,
     }
-    fresh = _grant(provider, _token_request(provider, http, form), previous=None)
-    if not provider.discover_from:  # the operator's client: whatever its secret is then
-        return fresh
-    return replace(fresh, client_id=provider.client_id, client_secret=provider.client_secret)
-
-
-def issuer(provider: Provider, grant: Grant) -> Provider:
-    """`provider` as the client `grant` was issued to: a registered client's tokens are
-    refreshed and revoked by that client, not by the one registered since."""
-    if not grant.client_id or grant.client_id == provider.client_id:
-        return provider
-    return replace(provider, client_id=grant.client_id, client_secret=grant.client_secret)
+    return _grant(provider, _token_request(provider, http, form), previous=None)
 
 
 def refresh(provider: Provider, http: httpx2.Client, grant: Grant) -> Grant:
     """New tokens for a grant whose access token expired (ProviderRefused `invalid_grant`:
     the refresh token was revoked or expired, so the person must connect again)."""
-    provider = issuer(provider, grant)
     if not grant.refresh_token:
         raise ProviderRefused("invalid_grant", "the provider gave no refresh token")
     form = {"grant_type": "refresh_token", "refresh_token": grant.refresh_token}
@@ -138,7 +126,6 @@ def revoke(provider: Provider, http: httpx2.Client, grant: Grant) -> bool:
     """Ask the provider to revoke the grant (RFC 7009), refresh token first (that ends the
     access tokens made from it too). False when it has no revocation endpoint or did not
     answer: the grant is dropped here either way."""
-    provider = issuer(provider, grant)
     if not provider.revoke_url:
         return False
     done = False
@@ -214,8 +201,6 @@ def _grant(provider: Provider, token: OAuthToken, previous: Grant | None) -> Gra
         refresh_token=token.refresh_token or previous.refresh_token,
         connected_at=previous.connected_at,
         scope=token.scope or previous.scope,
-        client_id=previous.client_id,
-        client_secret=previous.client_secret,
     )
 
 

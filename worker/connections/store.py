@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -41,9 +40,6 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")  # the console's callback (RFC 8252)
-
-
 @dataclass(frozen=True)
 class Grant:
     """A person's tokens for one provider."""
@@ -54,11 +50,6 @@ class Grant:
     expires_at: float | None = None  # epoch seconds; None: the provider gave no expiry
     scope: str = ""
     connected_at: float = 0.0
-    # for a client we registered (an MCP server's own OAuth), the client the tokens were
-    # issued to: only it may refresh or revoke them, whichever client the process that
-    # refreshes registered since (the bot's callback and the console's each have one)
-    client_id: str = ""
-    client_secret: str = field(default="", repr=False)
 
     def expired(self, now: float, margin: float = 60.0) -> bool:
         return self.expires_at is not None and self.expires_at - margin <= now
@@ -232,23 +223,11 @@ class ConnectionStore:
         return int(count) <= MAX_CONFIRM_ATTEMPTS
 
     # -- a dynamically registered client (an MCP server's own OAuth) -----------------------
-    # One registration per kind of callback: the bot's public one, and the console's on
-    # 127.0.0.1 (whatever its port), so that neither replaces the other's (a registration
-    # names its redirect URIs; a console on another port registers again, as before).
-    def client(self, provider: str, redirect_uri: str) -> dict[str, Any] | None:
-        found = self._open(self.redis.get(self._client_key(provider, redirect_uri)))
-        if found is None:  # one kept by an earlier release, one per provider: discovery
-            # uses it only where its redirect URIs name this callback
-            found = self._open(self.redis.get(self.keys.oauth_client(provider)))
-        return found
+    def client(self, provider: str) -> dict[str, Any] | None:
+        return self._open(self.redis.get(self.keys.oauth_client(provider)))
 
-    def put_client(self, provider: str, redirect_uri: str, info: dict[str, Any]) -> None:
-        self.redis.set(self._client_key(provider, redirect_uri), self._seal(info))
-
-    def _client_key(self, provider: str, redirect_uri: str) -> str:
-        parts = urlsplit(redirect_uri)
-        local = parts.hostname in LOOPBACK
-        return self.keys.oauth_client(provider, "loopback" if local else redirect_uri)
+    def put_client(self, provider: str, info: dict[str, Any]) -> None:
+        self.redis.set(self.keys.oauth_client(provider), self._seal(info))
 
 
 def _grant(value: dict[str, Any]) -> Grant:

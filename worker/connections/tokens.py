@@ -41,8 +41,6 @@ class Connections:
     ) -> None:
         self.store = store
         self._providers = dict(providers)
-        # (name, callback) -> the provider as discovered, with the client registered for it
-        self._discovered: dict[tuple[str, str], Provider] = {}
         self.public_url = public_url.rstrip("/")
         self.http = http or httpx2.Client(timeout=oauth.TIMEOUT, follow_redirects=False)
         self._lock = threading.Lock()
@@ -60,9 +58,8 @@ class Connections:
         return found.label if found is not None else name
 
     def provider(self, name: str, redirect_uri: str = "") -> Provider:
-        """The provider; for an MCP server's own OAuth, its endpoints and the client
-        registered for the callback `redirect_uri` ("": the public one), discovered first
-        (once per process and callback; each registration is kept, encrypted, in Redis)."""
+        """The provider, its endpoints and client discovered first for an MCP server's own
+        OAuth (once per process; the registration is kept, encrypted, in Redis)."""
         with self._lock:
             found = self._providers.get(name)
         if found is None:
@@ -70,17 +67,13 @@ class Connections:
         if found.discovered or not found.discover_from:
             return found
         redirect_uri = redirect_uri or self.public_url + "/oauth/callback"
-        with self._lock:
-            ready = self._discovered.get((name, redirect_uri))
-        if ready is not None:
-            return ready
-        registered = self.store.client(name, redirect_uri)
+        registered = self.store.client(name)
         discovered = oauth.discover(found.discover_from, redirect_uri, "Switchboard", registered)
         if discovered.client is not registered:
-            self.store.put_client(name, redirect_uri, discovered.client)
+            self.store.put_client(name, discovered.client)
         ready = oauth.with_discovery(found, discovered)
         with self._lock:
-            self._discovered[(name, redirect_uri)] = ready
+            self._providers[name] = ready
         return ready
 
     def token_for(self, team: str, user: str, provider: str) -> str:
