@@ -17,10 +17,9 @@ from switchboard.wiring import build_runtime
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.runtime import ALICE, make_runtime, work
 from tests.support.slack_bot import texts
-from tools import register_tool
 from tools.exceptions import PolicyError
 from tools.policy import Policy
-from tools.registry import ToolRegistry, registry
+from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
 from worker.limits import Limits, PersonLimits
@@ -234,48 +233,3 @@ def test_the_calls_in_flight_keep_a_time_to_live_however_their_entries_come_and_
     assert redis_conn.hkeys(calls) == [b"r3"] and 0 < redis_conn.ttl(calls) <= 172800
     limits.end_call("U1", "r3")
     assert not redis_conn.exists(calls)
-
-
-@pytest.mark.parametrize("runs_in_flight", [0, 2])
-def test_a_run_holds_its_model_call_place_across_steps_and_gives_it_back_when_it_rests(
-    redis_conn, model_server, tickets_db, runs_in_flight
-):
-    """Held from its first model call through its tool calls (one round trip a run, not one
-    a step: issue 28); given back when it ends or suspends for a person, with or without a
-    limit on runs in flight (the release that admits the next run gives it back then)."""
-    limits = Limits(cost_per_day=5.0, runs_in_flight=runs_in_flight)
-    rt = make_runtime(redis_conn, model_server.url, limits=limits)
-    rt.prices = PRICED
-    calls = rt.limits._call_keys(ALICE.user_id)[1]
-    held: list[list[bytes]] = []
-
-    def look(ctx: object, args: dict) -> str:  # what Redis holds while a tool runs
-        held.append(rt.redis.hkeys(calls))
-        return "looked"
-
-    registry.unregister("look_at_limits")
-    register_tool(
-        name="look_at_limits",
-        description="Look.",
-        parameters={"type": "object", "properties": {}},
-        effect="read",
-        handler=look,
-    )
-    model_server.route(
-        "look then answer", [priced(tool_calls=[("look_at_limits", {})]), priced("ok")]
-    )
-    model_server.route(
-        "file a ticket",
-        [priced(tool_calls=[("create_ticket", {"project": "IT", "title": "VPN", "body": "x"})])],
-    )
-    try:
-        done = service.submit(rt, "look then answer", ALICE)
-        work(rt)
-        waiting = service.submit(rt, "file a ticket", ALICE)
-        work(rt)
-    finally:
-        registry.unregister("look_at_limits")
-    assert held == [[done.id.encode()]]
-    assert rt.store.load(done.id).status == RunStatus.COMPLETED
-    assert rt.store.load(waiting.id).status == RunStatus.AWAITING_APPROVAL
-    assert redis_conn.hkeys(calls) == []

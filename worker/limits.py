@@ -42,15 +42,12 @@ redis.call('RPUSH', KEYS[2], ARGV[1])
 return 0
 """
 
-# KEYS: active zset, waiting list, due set, the day's calls in flight.  ARGV: run id, limit,
-# now.
+# KEYS: active zset, waiting list, due set.  ARGV: run id, limit, now.
 # Returns the runs admitted from the line; each is marked due first, so the sweeper queues it
-# even if this process stops before it does. The run's model call stops counting as in
-# flight in the same step (`end_call`).
+# even if this process stops before it does.
 _RELEASE = (
     WAKE_LUA
     + """
-redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 local admitted = {}
@@ -129,16 +126,12 @@ class PersonLimits:
         ]
 
     def begin_call(self, user_id: str, run_id: str) -> str | None:
-        """Just before a model call of `run_id`: None when it may go ahead (the run is then
-        held as calling the model, at the cost of the person's largest call today, until
-        `end_call` or `release`: through its tool calls to its next model call, which
-        replaces the entry, until it suspends, ends or is handed back), else the day's spend
-        in words. Calls of the person's other runs in flight count as spent: when they are
-        expected to reach the cap, this one would pass it and does not start, so concurrent
-        runs too spend at most one call past the cap (as long as no call costs more than the
-        largest one before it). Held across the run's steps rather than dropped after each
-        call: one round trip a run instead of one a step (issue 28), and a run between two
-        model calls is about to spend again."""
+        """Just before a model call of `run_id`: None when it may go ahead (it is then held
+        as in flight, at the cost of the person's largest call today, until `end_call`),
+        else the day's spend in words. Calls of the person's other runs in flight count as
+        spent: when they are expected to reach the cap, this one would pass it and does not
+        start, so concurrent runs too spend at most one call past the cap (as long as no
+        call costs more than the largest one before it)."""
         per_day = self.limits.cost_per_day
         if not per_day:
             return None
@@ -152,8 +145,7 @@ class PersonLimits:
         )
 
     def end_call(self, user_id: str, run_id: str) -> None:
-        """`run_id` stops calling the model for now (handed back; `release` does it when it
-        suspends or ends). Its costs are in the spend by now, if any."""
+        """The model call of `run_id` is over (its cost is in the spend by now, if any)."""
         if self.limits.cost_per_day:
             self.redis.hdel(self._cost_key(user_id, "calls"), run_id)
 
@@ -203,18 +195,11 @@ class PersonLimits:
         return bool(self._admit(keys=keys, args=[run_id, limit, now, now - self.stale]))
 
     def release(self, user_id: str, run_id: str, due_key: str) -> list[str]:
-        """The run stops counting (in flight, and as calling the model); returns the runs of
-        this person admitted in its place."""
+        """The run stops counting; returns the runs of this person admitted in its place."""
         limit = self.limits.runs_in_flight
         if not limit:
-            self.end_call(user_id, run_id)
             return []
-        keys = [
-            self.keys.person(user_id, "active"),
-            self.keys.person(user_id, "waiting"),
-            due_key,
-            self._cost_key(user_id, "calls"),
-        ]
+        keys = [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting"), due_key]
         admitted = self._release(keys=keys, args=[run_id, limit, time.time()])
         return [a.decode() for a in admitted]
 

@@ -79,7 +79,6 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
     while True:
         if rt.stopping.is_set():
             rt.events.append(run.id, EventKind.HANDED_BACK, pid=os.getpid(), step=run.usage.steps)
-            rt.limits.end_call(run.requester.user_id, run.id)  # held since its last model call
             return False
         step = next_step(rt, run, clock, cancelled_by)
         run.usage.active_seconds = round(clock.total(), 3)
@@ -150,8 +149,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     # the reply's bound: the profile's or the setting, within what the token budget has left
     left = run.budgets.max_tokens - run.usage.tokens  # at least 1: `exhausted` checked it
     max_tokens = max(1, min(profiles.max_tokens(rt, run), left))
-    # the person's day, all runs; held until the run suspends, ends or is handed back
-    over = rt.limits.begin_call(run.requester.user_id, run.id)
+    over = rt.limits.begin_call(run.requester.user_id, run.id)  # the person's day, all runs
     if over is not None:
         return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     rt.surface(run).progress(
@@ -174,6 +172,8 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
                 RunStatus.PARTIAL, EndReason.DEADLINE, "ran out of time waiting for the model"
             )
         return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, exc.detail)
+    finally:
+        rt.limits.end_call(run.requester.user_id, run.id)
     if turn.refusal:
         return Finish(
             RunStatus.PARTIAL, EndReason.REFUSED, f"the model refused: {turn.refusal[:500]}"
