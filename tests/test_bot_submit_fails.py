@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 
 from bot.render import messages as m
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_events import BOT_USER_ID
 from tests.fakes.slack_server import (
     app_mention,
     assistant_thread_started,
@@ -178,27 +179,34 @@ def test_a_reply_while_redis_cannot_say_which_threads_the_bot_answered_is_not_dr
     bot: BotEnv, admin: redis.Redis, model_server: FakeOpenAI
 ) -> None:
     """The thread lookup failing used to end the listener: the reply, claimed and acked, was
-    dropped with nobody told. Slack's copy of the thread says whether the bot answered
-    there: its author is told nothing was started; a reply in someone else's thread still
-    gets nothing."""
+    dropped with nobody told. Slack's copy of the thread says whether the bot replied
+    there: its author is told nothing was started; a reply in someone else's thread, or
+    under a message the bot started a thread with, still gets nothing."""
     model_server.route("SQL", ["SQL Basics costs $499."])
     mention = app_mention("<@UBOT> what does SQL Basics cost?", user=ALICE)
     bot.event(mention)
     bot.wait_for_runs(1)
     bot.work()  # answered: the bot follows replies in this thread
     chatter = bot.slack.add_message(CHANNEL, "lunch at noon?", user="UBOB")
+    # a thread the bot started (a card in the approvals channel) but never answered in
+    card = bot.slack.add_message(CHANNEL, "Approve?", user=BOT_USER_ID)
 
     reads_fail(admin)
     with capture_logs() as logs:
-        bot.event(message("and Django?", user=ALICE, thread_ts=mention["ts"]))
-        bot.event(message("sure", user="UCAROL", thread_ts=chatter))
-        bot.settle()
+        for said in (  # one after another: Slack is read for one thread at a time
+            message("and Django?", user=ALICE, thread_ts=mention["ts"]),
+            message("sure", user="UCAROL", thread_ts=chatter),
+            message("looks fine to me", user="UCAROL", thread_ts=card),
+        ):
+            bot.event(said)
+            bot.settle()
 
     [said] = told(bot, "chat.postEphemeral")
     assert (said["channel"], said["user"], said["thread_ts"]) == (CHANNEL, ALICE, mention["ts"])
     assert told(bot, "chat.postMessage") == []
-    assert len(bot.slack.calls("conversations.replies")) == 2  # one look at each thread
-    assert len(warnings_named(logs, "thread_lookup_failed")) == 2
+    assert len(bot.slack.calls("conversations.replies")) == 3  # one look at each thread
+    assert len(warnings_named(logs, "thread_lookup_failed")) == 3
+    assert len(bot.runs()) == 1  # nothing started from what Slack said
     assert [e for e in logs if e["event"] == "listener_failed"] == []
 
 

@@ -12,6 +12,7 @@ from rq import get_current_job
 from worker import runtime, tracing
 from worker.audit import log_decision
 from worker.events import EventKind
+from worker.lease import Lease
 from worker.loop import Finish, drive, end
 from worker.run import EndReason, RunSchemaError, RunStatus
 from worker.store import LeaseLost, RunNotFound
@@ -47,7 +48,7 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
         rt.events.hold(run_id)
         outcome = ""
         try:
-            outcome = _advance_held(rt, run_id, lease.token, lease.document)
+            outcome = _advance_held(rt, run_id, lease)
             if outcome == HANDED_BACK:
                 rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
@@ -67,9 +68,12 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
             return outcome
 
 
-def _advance_held(rt: runtime.Runtime, run_id: str, token: str, document: bytes | None) -> str:
+def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
+    token = lease.token
+    document, lease.document = lease.document, None  # read with the lease; not kept longer
     try:
-        run = rt.store.load(run_id, document)  # read with the lease
+        run = rt.store.load(run_id, document)
+        del document
     except RunNotFound:
         log.warning("advance_missing_run", run_id=run_id)
         return "missing"

@@ -74,7 +74,8 @@ def redraw_owed_cards(rt: Runtime, grace: float = OWED_GRACE) -> int:
         request = rt.approvals.find(approval_id)
         run = rt.store.find(request.run_id) if request is not None else None
         if request is None or run is None or not request.cards:  # nothing left to draw on
-            rt.approvals.card_shown(approval_id)
+            # (a card recorded since the request was read stays owed)
+            rt.approvals.card_shown(approval_id, drawn=len(request.cards) if request else None)
             continue
         if request.decided_at and time.time() - request.decided_at > OWED_GIVE_UP:
             log.warning("approval_card_abandoned", approval_id=approval_id, run_id=run.id)

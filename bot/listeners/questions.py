@@ -4,6 +4,7 @@ Assistant threads (`bot.listeners.assistant`) ask through `ask` too."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import redis
@@ -113,41 +114,62 @@ def on_message(
     said = Said.of(event)
     if said is None:
         return
+    answered: bool | None = True  # a DM is for the bot
     if said.channel_type != "im":
         if not said.thread_ts or said.thread_ts == said.ts:
             return  # channel chatter is not for us
         if context.bot_user_id and bot_mention(context.bot_user_id).search(said.text):
             return  # a mention: the app_mention listener has it
-        if not answered_in(sb, client, said.channel, said.thread_ts, context.bot_user_id):
+        answered = answered_in(sb, client, said.channel, said.thread_ts, context.bot_user_id)
+        if answered is False:
             return  # a thread the bot never answered in
     text = question_text(said.text, context.bot_user_id)
     if not text:
         return
-    ask(sb, client, Question.of(text, said, body, overheard=said.channel_type != "im"))
+    question = Question.of(text, said, body, overheard=said.channel_type != "im")
+    if answered is None:  # Redis cannot say; Slack says the bot replied in this thread
+        not_started(sb, client, question)
+        return
+    ask(sb, client, question)
 
 
-THREAD_PAGE = 200  # replies read from Slack to find the bot's, when Redis cannot say
+# Slack's copy of a thread, read when Redis cannot say whether the bot answered in it: one
+# page (Slack caps this method at 15 messages for some apps), one read at a time per process
+# (others meanwhile count as unanswered), and no retry after a 429: the listener's own
+# client would sleep out Slack's Retry-After in a listener thread.
+THREAD_PAGE = 15
+_looking = threading.Semaphore(1)
 
 
 def answered_in(
     sb: Bot, client: WebClient, channel: str, thread_ts: str, bot_user_id: str | None
-) -> bool:
-    """Did the bot answer in this channel thread? Redis remembers; when Redis cannot be
-    asked, Slack's copy of the thread tells (one page of it), so that a reply to the bot
-    during an outage is told nothing was started instead of being dropped unheard, while
-    replies in other people's threads still get nothing."""
+) -> bool | None:
+    """Did the bot answer in this channel thread? Redis remembers (True or False). When
+    Redis cannot be asked, Slack's copy of the thread tells whether the bot replied there:
+    None when it did (the question cannot be taken now: its author is told so instead of
+    being dropped unheard), False when not, or when Slack cannot say either."""
     try:
         return sb.threads.last_run(channel, thread_ts) is not None
     except redis.RedisError as exc:
         log.warning("thread_lookup_failed", channel=channel, error=type(exc).__name__)
-    if not bot_user_id:
+    if not bot_user_id or not _looking.acquire(blocking=False):
         return False
     try:
-        replies = client.conversations_replies(channel=channel, ts=thread_ts, limit=THREAD_PAGE)
+        once = WebClient(  # the listener's client, less its retry handlers
+            token=client.token,
+            base_url=client.base_url,
+            timeout=client.timeout,
+            ssl=client.ssl,
+            proxy=client.proxy,
+        )
+        replies = once.conversations_replies(channel=channel, ts=thread_ts, limit=THREAD_PAGE)
     except (SlackClientError, OSError) as exc:  # Slack refused, or could not be reached
         log.warning("thread_lookup_failed", channel=channel, error=type(exc).__name__, slack=True)
         return False
-    return any(
-        isinstance(msg, dict) and msg.get("user") == bot_user_id
+    finally:
+        _looking.release()
+    replied = any(  # a reply of the bot's, not a card it started the thread with
+        isinstance(msg, dict) and msg.get("user") == bot_user_id and msg.get("ts") != thread_ts
         for msg in replies.get("messages") or []
     )
+    return None if replied else False
