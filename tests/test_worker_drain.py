@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import threading
 
 import pytest
+import redis
 from rq import Worker
 
 from tests.fakes.openai_server import Turn
 from tests.support.processes import WorkerProcess, worker_env
+from tests.support.redis_server import RedisServer
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
 from worker import service
+from worker.process import UNBLOCKED_BY_CLIENT, unblock_idle_slots
 from worker.run import RunStatus
 
 pytestmark = pytest.mark.slow
@@ -50,3 +56,43 @@ def test_sigterm_at_concurrency_32_with_one_run_in_flight_hands_it_back_once(
         second.stop()
     assert done.status == RunStatus.COMPLETED and done.answer == "it is 42"
     assert [e.kind for e in rt.events.read(run.id)].count("handed_back") == 1
+
+
+def test_waking_a_slot_whose_dequeue_waits_out_a_client_pause_leaves_redis_up(
+    tmp_path, model_server
+):
+    """CLIENT UNBLOCK's TIMEOUT form crashes Redis 7.0 (Debian 12's redis-server 7.0.15)
+    on a dequeue held back by CLIENT PAUSE WRITE, as during an operator's failover: the chaos
+    soak's primary went down when a worker stopped during one. The ERROR form is used; the
+    slot reads its UNBLOCKED answer as "nothing taken"."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("needs Debian's redis-server (apt-get install redis-server)")
+    server = RedisServer(tmp_path / "redis", binary=binary).start()
+    try:
+        admin = redis.Redis(unix_socket_path=server.socket)
+        rt = make_runtime(admin, model_server.url)
+        slot = redis.Redis(unix_socket_path=server.socket)
+        slot.client_setname(f"switchboard-{os.getpid()}")  # as this process's slots are named
+        admin.execute_command("CLIENT", "PAUSE", "5000", "WRITE")
+        answered: list[object] = []
+
+        def dequeue() -> None:  # a BLMOVE sent during the pause is held back by it
+            try:
+                answered.append(slot.blmove(rt.queue.key, rt.queue.key + ":taken", 10))
+            except redis.ResponseError as exc:
+                answered.append(str(exc))
+
+        waiting = threading.Thread(target=dequeue)
+        waiting.start()
+        wait_until(
+            lambda: any(c["cmd"] == "blmove" for c in admin.client_list()),
+            what="the dequeue waiting",
+        )
+        assert unblock_idle_slots(rt) == 1
+        waiting.join(10)
+        assert answered == [UNBLOCKED_BY_CLIENT]
+        assert admin.ping()  # before: "Guru Meditation: Unknown btype", and no Redis
+        admin.execute_command("CLIENT", "UNPAUSE")
+    finally:
+        server.stop()

@@ -51,6 +51,10 @@ SLOT_RESTART_SECONDS = 1.0  # a slot whose loop died (Redis went away) is starte
 HEARTBEAT_EVERY = 10.0  # a slot's RQ heartbeat is sent at most this often (SlotWorker.heartbeat)
 
 
+# What a blocking command answers when CLIENT UNBLOCK ... ERROR wakes it.
+UNBLOCKED_BY_CLIENT = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+
+
 class SlotQueue(Queue):
     """RQ's queue, as the slots of one process dequeue from it: once the process is stopping,
     a slot leaves RQ's loop instead of waiting for another job (RQ itself looks at its stop
@@ -91,7 +95,15 @@ class SlotWorker(SimpleWorker):
         a run just handed back went to the next idle slot, which handed it back again, once
         per slot (31 `handed_back` events for one run at concurrency 32). The job goes back to
         the front of the queue, untouched, for another process."""
-        result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        try:
+            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        except redis.ResponseError as exc:  # woken by `unblock_idle_slots`: it took nothing
+            if not str(exc).startswith(UNBLOCKED_BY_CLIENT):
+                raise
+            if self._stop_requested or self.stopping.is_set():
+                return None
+            # another process with this pid (another host) is stopping: wait again
+            return self.dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         if result is None or not (self._stop_requested or self.stopping.is_set()):
             return result
         job, queue = result
@@ -259,13 +271,17 @@ def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
 
 
 def unblock_idle_slots(rt: Runtime) -> int:
-    """Wake this process's slots from RQ's blocking dequeue (CLIENT UNBLOCK: the command
-    returns as on its timeout), so they leave RQ's loop now (`SlotQueue`) rather than take
-    the job of a run just handed back. This process's connections are named after it
-    (`switchboard-PID`, or RQ's worker name `HOST.PID.SLOT`); a process on another host with
-    the same pid (containers: often 1) is woken too, harmlessly: its slots, not stopping,
-    just wait again. A Redis that refuses CLIENT commands leaves the slots blocked; a job one
-    of them takes then goes back to the queue untouched (`dequeue_job_and_maintain_ttl`)."""
+    """Wake this process's slots from RQ's blocking dequeue (CLIENT UNBLOCK ... ERROR: the
+    command fails with UNBLOCKED, which `SlotWorker` takes as "nothing taken"), so they leave
+    RQ's loop now (`SlotQueue`) rather than take the job of a run just handed back. Not the
+    TIMEOUT form: Redis 7.0 (Debian 12's 7.0.15) crashes on it when the dequeue is held back
+    by CLIENT PAUSE WRITE, as during an operator's failover (found by the chaos soak: a
+    worker stopped during a failover took the primary down). This process's connections are
+    named after it (`switchboard-PID`, or RQ's worker name `HOST.PID.SLOT`); a process on
+    another host with the same pid (containers: often 1) is woken too, harmlessly: its
+    slots, not stopping, just wait again. A Redis that refuses CLIENT commands leaves the
+    slots blocked; a job one of them takes then goes back to the queue untouched
+    (`dequeue_job_and_maintain_ttl`)."""
     pid, host = os.getpid(), re.escape(socket.gethostname())
     mine = re.compile(rf"switchboard-{pid}|{host}\.{pid}\.\d+")
     try:
@@ -276,7 +292,7 @@ def unblock_idle_slots(rt: Runtime) -> int:
             if c.get("cmd") in ("blmove", "blpop") and mine.fullmatch(c.get("name", ""))
         ]
         for client_id in blocked:
-            rt.redis.client_unblock(int(client_id))
+            rt.redis.client_unblock(int(client_id), error=True)
     except redis.RedisError as exc:
         log.warning("worker_unblock_failed", error=f"{type(exc).__name__}: {exc}"[:300])
         return 0
