@@ -12,10 +12,10 @@ from slack_sdk import WebClient
 
 from approvals import ApprovalRequest
 from bot.outbound.slack_surface import SlackSurface
-from bot.render.blocks import CANCEL
-from tests.fakes.openai_server import FakeOpenAI
+from bot.render.blocks import APPROVE, CANCEL
+from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, next_ts
-from tests.support.runtime import make_runtime, requester
+from tests.support.runtime import make_runtime, requester, work
 from tests.support.slack_bot import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
 from tools.registry import Tool
 from worker import jobs, service, sweeper
@@ -221,6 +221,38 @@ def test_a_card_posted_after_its_request_was_decided_shows_the_outcome(
     assert cards_say_expired(second)
     assert rt.approvals.owed_cards(older_than=0) == []
     surface.close()
+
+
+def test_a_run_driven_again_before_its_save_does_not_post_its_cards_twice(
+    rt: Runtime, slack: FakeSlack, model_server: FakeOpenAI
+) -> None:
+    """A worker that stopped after posting a turn's cards but before saving asked again for
+    the same (still pending) request when the run was driven again, and posted its cards a
+    second time (seen in the chaos soak's Slack)."""
+    registered_surface(rt, slack)
+    create = {"project": "IT", "title": "VPN", "body": "down"}
+    model_server.route("VPN", [Turn(tool_calls=[("create_ticket", create)]), "Filed."])
+    origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": next_ts()}
+    run = service.submit(rt, "file a ticket: VPN is down", requester(rt, ALICE), origin=origin)
+    work(rt)
+
+    def cards() -> list[dict]:
+        return [c for c in slack.calls("chat.postMessage") if APPROVE in buttons(c["blocks"])]
+
+    assert len(cards()) == 2  # the thread and the approvals channel
+    stored = rt.store.load(run.id)
+    assert stored.status == RunStatus.AWAITING_APPROVAL
+    [call] = stored.turn
+    request = rt.approvals.get(call.approval_id or "")
+    stored.status, call.approval_id = RunStatus.RUNNING, None  # as saved before it asked
+    rt.store.save(stored)
+    rt.enqueue_advance(run.id)
+    work(rt)
+
+    again = rt.store.load(run.id)
+    assert again.status == RunStatus.AWAITING_APPROVAL and again.turn[0].approval_id == request.id
+    assert len(cards()) == 2  # the cards out already still stand for it
+    assert rt.approvals.get(request.id).status.value == "pending"
 
 
 def test_slack_failures_never_reach_the_run(rt: Runtime, slack: FakeSlack) -> None:

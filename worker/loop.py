@@ -456,6 +456,9 @@ def resolve_turn(rt: Runtime, run: Run) -> Step:
             run.seen.clear()
             run.repeated.clear()
     rt.surface(run).approvals_covered(run, covered)
+    # A request with a card out was asked by a worker that stopped before saving: its card
+    # (and its reminders) stand; posted again, it was a second card for the same request.
+    asked = [(request, tool) for request, tool in asked if not request.cards]
     if asked:
         rt.surface(run).approvals_requested(run, asked)
         reminders.schedule(rt, [request for request, _ in asked])  # once the cards exist
