@@ -56,8 +56,8 @@ class Lease:
         keeper: LeaseKeeper,
         run_id: str,
         token: str,
-        due_seen: str = "",
-        document: bytes | None = None,
+        due_seen: str,
+        document: bytes | None,
     ) -> None:
         self.keeper = keeper
         self.run_id = run_id
