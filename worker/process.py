@@ -2,7 +2,8 @@
 
 A run spends almost all its working time waiting on the model's HTTP answer, so one process
 carries many runs: each slot is an RQ `SimpleWorker` loop in its own thread, taking jobs from
-the one RQ queue, so RQ stays the queue, the registries and the scheduler. Chosen by
+the one RQ queue, so RQ stays the queue and the scheduler (a run's `advance` job skips RQ's
+per-job registries: `SlotWorker.execute_job`). Chosen by
 measurement (bench/bench_latency.py): threads against an asyncio rewrite of the loop would
 buy little, since the GIL is released on every socket wait and a step's CPU is milliseconds.
 
@@ -25,6 +26,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +38,10 @@ from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
+from rq.job_lifecycle import format_exc_info
 from rq.serializers import JSONSerializer
+from rq.timeouts import JobTimeoutException
+from rq.utils import now
 from rq.worker import WorkerStatus
 
 from worker import memory, runtime
@@ -49,6 +54,10 @@ log = structlog.get_logger(__name__)
 DEFAULT_GRACE_SECONDS = 25.0  # Kubernetes waits 30 s between SIGTERM and SIGKILL
 SLOT_RESTART_SECONDS = 1.0  # a slot whose loop died (Redis went away) is started again after
 HEARTBEAT_EVERY = 10.0  # a slot's RQ heartbeat is sent at most this often (SlotWorker.heartbeat)
+SUSPENSION_CHECK_EVERY = 1.0  # s: how often a slot asks whether `rq suspend` paused the workers
+# The job a slot runs with its own bookkeeping instead of RQ's (SlotWorker.execute_job): a
+# run's `advance`, every job but the rare approval expiries.
+LEAN_FUNC = "worker.jobs.advance"
 
 
 # What a blocking command answers when CLIENT UNBLOCK ... ERROR wakes it.
@@ -85,6 +94,7 @@ class SlotWorker(SimpleWorker):
         self.slot = slot
         self.stopping = stopping or threading.Event()
         self._beat_at = self._beat_until = float("-inf")  # no heartbeat sent yet
+        self._suspension_checked = float("-inf")
         super().__init__(*args, **kwargs)
 
     def dequeue_job_and_maintain_ttl(
@@ -131,6 +141,57 @@ class SlotWorker(SimpleWorker):
             return
         super().heartbeat(timeout, pipeline)
         self._beat_at, self._beat_until = now, now + ttl
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """An `advance` job, run with the bookkeeping it needs instead of RQ's (~41 Redis
+        commands in 9 round trips a job: an execution record, the started and finished
+        registries, the result stream, job counters, dependents; bench_redis_commands.py).
+        A run's state, its recovery and its exactly-once guarantees are Switchboard's (the
+        lease, the due set, the sweeper), none of them RQ's registries': a job whose worker
+        dies is not looked for in RQ's started registry, the sweeper queues its run again
+        once the lease lapses. What is kept: the job leaves the intermediate queue (else
+        RQ's maintenance would fail it as stuck there after a minute), the slot reads busy
+        and its registration outlives the job, the job's timeout, the job's key bounded by
+        that timeout (a worker killed mid-job leaves nothing for good), and a job that
+        raises is handled as RQ does (logged, kept in the failed registry). One round trip
+        before the job, one after it, 5 commands and the state writes. Other jobs take
+        RQ's path, untouched. `Runtime.enqueue_advance` gives the job no dependents,
+        callbacks, retries or repeats, which this path would not honour."""
+        if job.func_name != LEAN_FUNC:
+            super().execute_job(job, queue)
+            return
+        ttl = self.get_heartbeat_ttl(job)
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+        pipe.expire(job.key, ttl)
+        self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+        self.heartbeat(ttl, pipeline=pipe)
+        pipe.execute()
+        job.started_at = now()
+        try:
+            timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
+            with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
+                job.perform()
+        except Exception:
+            job.ended_at = now()
+            exc_info = sys.exc_info()
+            self.handle_exception(job, *exc_info)
+            self.handle_job_failure(job, queue, exc_string=format_exc_info(exc_info))
+            self.set_state(WorkerStatus.IDLE)
+            return
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.delete(job.key)  # its result is not read: the run's state is in its document
+        self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+        pipe.execute()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ asks Redis whether the workers are suspended (`rq suspend`) before every job (a
+        MULTI/EXISTS/EXEC); a slot asks at most every SUSPENSION_CHECK_EVERY seconds."""
+        at = time.monotonic()
+        if at - self._suspension_checked < SUSPENSION_CHECK_EVERY:
+            return
+        super().check_for_suspension(burst)
+        self._suspension_checked = time.monotonic()
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         """RQ's state write, left out when the slot is in that state already (RQ sets `idle`
