@@ -246,6 +246,8 @@ def test_a_question_whose_run_was_created_before_redis_failed_is_not_told_to_ask
     assert (warning["run_id"], warning["error"]) == (run.id, "NoPermissionError")
     assert warnings_named(logs, "question_submit_failed") == []
     assert run.id in bot.rt.store.overdue(older_than=0)  # due: the sweeper queues it
+    # the queued mark was refused with its job: none names a job that was never queued
+    assert admin.exists(bot.rt.store.keys.queued(run.id)) == 0
 
     redis_works(admin)
     bot.event(mention, event_id="Ev0SUBMIT03", headers=RETRY)  # still claimed: no second run

@@ -173,9 +173,10 @@ class RunStore:
         """Mark the run as needing a worker (the sweeper enqueues it if nobody does)."""
         self._wake(keys=[self.keys.due], args=[run_id])
 
-    def mark_queued(self, run_id: str, job_id: str) -> None:
-        """The run's advance job `job_id` is in the queue: the sweeper leaves it alone."""
-        self.redis.set(self.keys.queued(run_id), job_id, ex=QUEUED_MARK_SECONDS)
+    def mark_queued(self, run_id: str, job_id: str, pipeline: redis.client.Pipeline) -> None:
+        """The run's advance job `job_id` is in the queue (it is enqueued in `pipeline`, after
+        this): the sweeper leaves it alone."""
+        pipeline.set(self.keys.queued(run_id), job_id, ex=QUEUED_MARK_SECONDS)
 
     def clear_queued(self, run_id: str, job_id: str | None) -> None:
         """A worker took the job: drop the mark, unless it already names a later job."""
