@@ -7,13 +7,14 @@ through the real loop: this process submits them (service.submit, as the bot doe
 lease/sweep timers) take each as far as the approval.
 
 1. Redis memory per suspended run: INFO used_memory after minus before, / N. Reported twice:
-   right after the last run suspended, and at steady state — without the records of the
-   finished `advance` jobs, which RQ keeps for result_ttl=60 s (removed here the way their
-   TTL would). A breakdown by key (MEMORY USAGE on a sample) shows where the bytes are.
+   right after the last run suspended, and at steady state — without the records of
+   finished jobs RQ keeps for result_ttl=60 s, if any (removed here the way their TTL would;
+   a worker keeps none of a run's `advance` jobs: worker/process.py). A breakdown by key
+   (MEMORY USAGE on a sample) shows where the bytes are.
    Baseline ratio: the same measurement for a bare RQ job parked with enqueue_in (what
    merely keeping one piece of deferred work in RQ costs).
-2. Workers held while the runs wait: jobs in StartedJobRegistry, run lease keys, and workers
-   RQ reports busy — target 0.
+2. Workers held while the runs wait: run lease keys and worker slots RQ reports busy —
+   target 0 (jobs in StartedJobRegistry and queued jobs are printed too).
 3. Resume latency, from the click (issue 28): the real bot — `python -m switchboard bot
    --http` in its own process, uvicorn serving the Bolt app at /slack/events — and two new
    worker processes (as above, now with SLACK_BOT_TOKEN and SLACK_API_URL set: they report to
@@ -31,8 +32,8 @@ lease/sweep timers) take each as far as the approval.
    run has ended, the bot has redrawn the card, no job is queued or running. The first 10
    clicks are a warm-up. Also printed, for the same clicks: decision -> tool start (from the
    approval's decided_at, Redis TIME in the decision script: this figure before issue 28), and
-   where the time goes — the bot's HTTP 200, decided_at, the `advance` job's enqueued_at (RQ,
-   in the bot) and started_at (RQ, in a worker), write_started — and the CPU each process used
+   where the time goes — the bot's HTTP 200, decided_at, write_started (a run's `advance` job
+   keeps no RQ record of its start: worker/process.py) — and the CPU each process used
    per click (/proc; the whole resumed run, to its answer). Every timestamp is this machine's
    CLOCK_REALTIME (time.time or datetime.now in each process, Redis TIME in Redis), so they
    compare across processes. Baseline, alternated click by click: raw RQ enqueue -> job start
@@ -60,7 +61,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -404,8 +404,6 @@ class Click:
     sent: float  # the signed request leaves this process (time.time, here)
     ack_ms: float  # until the bot's HTTP 200 was read (perf_counter, here)
     decided: float  # the approval's decided_at (Redis TIME, in the decision script)
-    enqueued: float  # the advance job's enqueued_at (RQ, in the bot)
-    job_started: float  # the advance job's started_at (RQ, in a worker)
     tool_started: float  # the run's write_started event `at` (in a worker; rounded to 1 ms)
 
     @property
@@ -420,9 +418,7 @@ class Click:
         return {
             "click -> bot's HTTP 200 (ack)": self.ack_ms,
             "click -> decided (decided_at)": (self.decided - self.sent) * 1000,
-            "decided -> advance job enqueued": (self.enqueued - self.decided) * 1000,
-            "job enqueued -> job started": (self.job_started - self.enqueued) * 1000,
-            "job started -> tool started": (self.tool_started - self.job_started) * 1000,
+            "decided -> tool started (write_started)": self.from_decision_ms,
         }
 
 
@@ -450,8 +446,6 @@ def click_to_tool_start(
             payload["actions"][0][name] = card.button[name]
     body = form_payload(payload)
     last = rt.events.read(card.run_id)[-1].id
-    finished = FinishedJobRegistry(queue=rt.queue)
-    jobs_before = set(finished.get_job_ids())
 
     def redrawn() -> bool:
         return approve_button(slack.message(CHANNEL, str(card.message["ts"])) or {}) is None
@@ -474,27 +468,8 @@ def click_to_tool_start(
     assert request.status == ApprovalStatus.APPROVED and request.decided_by == ASKER, request
     assert request.decided_at > 0
     common.wait_until(lambda: rt.queue.count == 0 and _busy(rt) == 0, 30, "idle workers")
-    description = f"advance {card.run_id}"
-    jobs = [
-        job
-        for job in Job.fetch_many(
-            sorted(set(finished.get_job_ids()) - jobs_before),
-            connection=rt.redis,
-            serializer=JSONSerializer,
-        )
-        if job is not None and job.description == description
-    ]
-    if not jobs:
-        raise RuntimeError(f"run {card.run_id}: no finished advance job after the click")
-    job = min(jobs, key=lambda j: j.started_at or datetime.max.replace(tzinfo=UTC))
-    assert job.enqueued_at is not None and job.started_at is not None
     return Click(
-        sent=sent,
-        ack_ms=ack_ms,
-        decided=float(request.decided_at),
-        enqueued=job.enqueued_at.timestamp(),
-        job_started=job.started_at.timestamp(),
-        tool_started=tool_started,
+        sent=sent, ack_ms=ack_ms, decided=float(request.decided_at), tool_started=tool_started
     )
 
 
@@ -755,7 +730,7 @@ def main() -> int:
                 for label, count in holding.items():
                     row(f"held while suspended: {label}", f"{count}")
                 figures["held"] = holding
-                workers_held = holding["StartedJobRegistry jobs"] + holding["run lease keys"]
+                workers_held = holding["run lease keys"] + holding["busy workers"]
             finally:
                 for w in workers:
                     w.stop()

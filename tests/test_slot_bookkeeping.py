@@ -6,10 +6,14 @@ from __future__ import annotations
 import threading
 
 import pytest
+import redis
+from rq import Queue
 from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
 from tests.fakes.openai_server import Turn
+from tests.support.redis_server import RedisServer
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
 from worker import service
 from worker.process import make_worker
@@ -70,3 +74,43 @@ def test_an_advance_job_that_raises_is_kept_as_failed_as_rq_keeps_it(redis_conn,
     assert 3500 < redis_conn.ttl(job.key) <= 3600
     assert redis_conn.lrange(rt.queue.intermediate_queue_key, 0, -1) == []
     assert redis_conn.hget(slot.key, "state").decode() == WorkerStatus.IDLE
+
+
+def test_a_slot_goes_on_when_redis_refuses_an_advance_jobs_bookkeeping(model_server, tmp_path):
+    """Redis refuses the slot's taking of the job (LREM from RQ's intermediate queue, which
+    nothing else in a slot's loop sends): each job fails as RQ fails a job, and the slot
+    takes the next one instead of leaving its loop with the rest still queued."""
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        admin = redis.Redis(unix_socket_path=server.socket)
+        admin.acl_setuser(
+            "slot",
+            enabled=True,
+            reset=True,
+            passwords=["+slot-password"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-lrem"],
+        )
+        slot_conn = redis.Redis(
+            unix_socket_path=server.socket, username="slot", password="slot-password"
+        )
+        rt = make_runtime(slot_conn, model_server.url)
+        queue = Queue(rt.queue.name, connection=admin, serializer=JSONSerializer)
+        jobs = [
+            queue.enqueue_call("worker.jobs.advance", args=(f"r-missing-{n}",)) for n in range(3)
+        ]
+        slot = make_worker(rt)
+        thread = threading.Thread(target=slot.work, kwargs={"burst": True}, daemon=True)
+        thread.start()
+        thread.join(20)
+        assert not thread.is_alive()
+        assert admin.llen(queue.key) == 0  # all three taken, none left behind
+        for job in jobs:
+            job.refresh()
+            assert job.get_status() == JobStatus.FAILED
+        assert admin.hget(slot.key, "state").decode() == WorkerStatus.IDLE
+        slot_conn.close()
+        admin.close()
+    finally:
+        server.stop()

@@ -78,6 +78,17 @@ class SlotQueue(Queue):
         return super().dequeue_any(*args, **kwargs)
 
 
+def _is_lean(job: Job) -> bool:
+    try:
+        return job.func_name == LEAN_FUNC
+    except Exception:  # a job this release cannot read: RQ's path fails it, as it would
+        return False
+
+
+def _brief(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
 def slot_queue_class(stopping: threading.Event) -> type[SlotQueue]:
     return type("SlotQueue", (SlotQueue,), {"stopping": stopping})
 
@@ -157,32 +168,37 @@ class SlotWorker(SimpleWorker):
         before the job, one after it, 5 commands and the state writes. Other jobs take
         RQ's path, untouched. `Runtime.enqueue_advance` gives the job no dependents,
         callbacks, retries or repeats, which this path would not honour."""
-        if job.func_name != LEAN_FUNC:
+        if not _is_lean(job):
             super().execute_job(job, queue)
             return
-        ttl = self.get_heartbeat_ttl(job)
-        pipe = self.connection.pipeline(transaction=False)
-        pipe.lrem(queue.intermediate_queue_key, 1, job.id)
-        pipe.expire(job.key, ttl)
-        self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-        self.heartbeat(ttl, pipeline=pipe)
-        pipe.execute()
-        job.started_at = now()
-        try:
+        succeeded = False
+        try:  # as in RQ's `perform_job`, whatever fails here fails the job, not the slot's loop
+            ttl = self.get_heartbeat_ttl(job)
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.expire(job.key, ttl)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            self.heartbeat(ttl, pipeline=pipe)
+            pipe.execute()
+            job.started_at = now()
             timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
             with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
                 job.perform()
+            succeeded = True
         except Exception:
             job.ended_at = now()
             exc_info = sys.exc_info()
             self.handle_exception(job, *exc_info)
+            # logs, never raises: a Redis that refuses the record leaves the job to expire
             self.handle_job_failure(job, queue, exc_string=format_exc_info(exc_info))
-            self.set_state(WorkerStatus.IDLE)
-            return
-        pipe = self.connection.pipeline(transaction=False)
-        pipe.delete(job.key)  # its result is not read: the run's state is in its document
-        self.set_state(WorkerStatus.IDLE, pipeline=pipe)
-        pipe.execute()
+        try:
+            pipe = self.connection.pipeline(transaction=False)
+            if succeeded:  # its result is not read: the run's state is in its document
+                pipe.delete(job.key)
+            self.set_state(WorkerStatus.IDLE, pipeline=pipe)
+            pipe.execute()
+        except Exception as exc:  # the key expires with the job's timeout; the loop goes on
+            log.warning("worker_slot_job_not_closed", job_id=job.id, error=_brief(exc))
 
     def check_for_suspension(self, burst: bool) -> None:
         """RQ asks Redis whether the workers are suspended (`rq suspend`) before every job (a
@@ -355,7 +371,7 @@ def unblock_idle_slots(rt: Runtime) -> int:
         for client_id in blocked:
             rt.redis.client_unblock(int(client_id), error=True)
     except redis.RedisError as exc:
-        log.warning("worker_unblock_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        log.warning("worker_unblock_failed", error=_brief(exc))
         return 0
     return len(blocked)
 
