@@ -4,6 +4,7 @@ talking HTTP to a fake model that replays scripted turns."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -74,6 +75,44 @@ def test_parallel_reads_in_one_turn_all_reach_the_model(redis_conn, model_server
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
     observed = tool_messages(model_server.last_chat_request)
     assert len(observed) == 2 and "2499" in observed[0] and "1999" in observed[1]
+
+
+def test_the_reads_of_one_turn_run_at_the_same_time(redis_conn, model_server, tickets_db):
+    """Each call waits at a barrier for the other: run one after the other, the first would
+    wait out the barrier's timeout and fail."""
+    from tools.declare import make_tool
+    from tools.registry import registry
+
+    barrier = threading.Barrier(2, timeout=5)
+
+    def meet(who: str) -> str:
+        """Wait for the other caller.
+
+        Args:
+            who: Who is waiting.
+        """
+        barrier.wait()
+        return f"{who} met the other"
+
+    registry.register(make_tool(meet, effect="read"))
+    try:
+        model_server.route(
+            "meet twice",
+            [
+                Turn(tool_calls=[("meet", {"who": "first"}), ("meet", {"who": "second"})]),
+                "Both met.",
+            ],
+        )
+        rt = make_runtime(redis_conn, model_server.url)
+        run = service.submit(rt, "meet twice", ALICE)
+        work(rt)
+    finally:
+        registry.unregister("meet")
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    assert tool_messages(model_server.last_chat_request) == [
+        "first met the other",
+        "second met the other",
+    ]
 
 
 @pytest.mark.parametrize(

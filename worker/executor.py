@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -82,23 +83,28 @@ def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation
 
 
 def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
-    """Run the turn's read calls concurrently; each has its own timeout and output cap."""
+    """Run the turn's read calls concurrently; each has its own timeout and output cap. The
+    first is waited for in this thread, the others each in a thread of the process's pool
+    (every call's handler runs in a thread of its own: tools/execute.py): most turns ask for
+    one call, which then costs no hand-over to the pool and back, and leaves it idle."""
     if not calls:
         return
     names = ", ".join(sorted({c.name for c in calls}))
     rt.surface(run).progress(run, f"Running {names}")
-    futures = []
-    for call in calls:
+    pending: list[Callable[[], Observation]] = []
+    for n, call in enumerate(calls):
         tool = rt.registry.get(call.name)
         assert tool is not None and call.args is not None
+        ctx = context_for(rt, run, call, tool=tool)
+        work = functools.partial(tracing.tool_call, call, execute, tool, ctx, call.args)
+        if n == 0:
+            pending.append(work)  # run below, once the others are on their way
+            continue
         # the run's log context (run id) goes with the call into the pool's thread
         context = contextvars.copy_context()
-        ctx = context_for(rt, run, call, tool=tool)
-        futures.append(
-            rt.executor.submit(context.run, tracing.tool_call, call, execute, tool, ctx, call.args)
-        )
-    for call, future in zip(calls, futures, strict=True):
-        observation: Observation = future.result()
+        pending.append(rt.executor.submit(context.run, work).result)
+    for call, outcome in zip(calls, pending, strict=True):
+        observation: Observation = outcome()
         call.state, call.result = "done", observation.text
         run.record_outcome(call.id, observation.ok)
         record_result(rt, run, call, observation)
