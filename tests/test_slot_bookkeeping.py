@@ -11,6 +11,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
+from structlog.testing import capture_logs
 
 from tests.fakes.openai_server import Turn
 from tests.support.redis_server import RedisServer
@@ -78,8 +79,9 @@ def test_an_advance_job_that_raises_is_kept_as_failed_as_rq_keeps_it(redis_conn,
 
 def test_a_slot_goes_on_when_redis_refuses_an_advance_jobs_bookkeeping(model_server, tmp_path):
     """Redis refuses the slot's taking of the job (LREM from RQ's intermediate queue, which
-    nothing else in a slot's loop sends): each job fails as RQ fails a job, and the slot
-    takes the next one instead of leaving its loop with the rest still queued."""
+    nothing else in a slot's loop sends): the job is not run, nor recorded as a failure of
+    it (its run stays due for the sweeper), and the slot takes the next one instead of
+    leaving its loop with the rest still queued."""
     server = RedisServer(tmp_path / "redis").start()
     try:
         admin = redis.Redis(unix_socket_path=server.socket)
@@ -101,14 +103,18 @@ def test_a_slot_goes_on_when_redis_refuses_an_advance_jobs_bookkeeping(model_ser
             queue.enqueue_call("worker.jobs.advance", args=(f"r-missing-{n}",)) for n in range(3)
         ]
         slot = make_worker(rt)
-        thread = threading.Thread(target=slot.work, kwargs={"burst": True}, daemon=True)
-        thread.start()
-        thread.join(20)
+        with capture_logs() as logs:
+            thread = threading.Thread(target=slot.work, kwargs={"burst": True}, daemon=True)
+            thread.start()
+            thread.join(20)
         assert not thread.is_alive()
         assert admin.llen(queue.key) == 0  # all three taken, none left behind
+        not_taken = [e["job_id"] for e in logs if e["event"] == "worker_slot_job_not_taken"]
+        assert not_taken == [job.id for job in jobs]
         for job in jobs:
             job.refresh()
-            assert job.get_status() == JobStatus.FAILED
+            assert job.get_status() == JobStatus.QUEUED  # not run, not failed
+            assert 0 < admin.ttl(job.key) <= rt.settings.job_timeout + 60  # and not kept
         assert admin.hget(slot.key, "state").decode() == WorkerStatus.IDLE
         slot_conn.close()
         admin.close()

@@ -171,8 +171,7 @@ class SlotWorker(SimpleWorker):
         if not _is_lean(job):
             super().execute_job(job, queue)
             return
-        succeeded = False
-        try:  # as in RQ's `perform_job`, whatever fails here fails the job, not the slot's loop
+        try:
             ttl = self.get_heartbeat_ttl(job)
             pipe = self.connection.pipeline(transaction=False)
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)
@@ -180,6 +179,14 @@ class SlotWorker(SimpleWorker):
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             self.heartbeat(ttl, pipeline=pipe)
             pipe.execute()
+        except Exception as exc:  # not taken, not run: nothing to record it failed. Its run
+            # stays due, and the sweeper queues it again once no job of the run is queued;
+            # RQ's maintenance drops the job from the intermediate queue. The slot's loop
+            # goes on (its next Redis command says whether Redis is back).
+            log.warning("worker_slot_job_not_taken", job_id=job.id, error=_brief(exc))
+            return
+        succeeded = False
+        try:  # as in RQ's `perform_job`, whatever fails here fails the job, not the slot's loop
             job.started_at = now()
             timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
             with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
