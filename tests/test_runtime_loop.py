@@ -115,6 +115,37 @@ def test_the_reads_of_one_turn_run_at_the_same_time(redis_conn, model_server, ti
     ]
 
 
+def test_a_tool_handler_runs_with_its_runs_log_context(redis_conn, model_server, tickets_db):
+    """Handlers run in threads of their own: each is given the calling run's context, so
+    what a handler logs names the run (both the first read, waited for in the run's
+    thread, and the second, in the pool's)."""
+    import structlog
+
+    from tools.declare import make_tool
+    from tools.registry import registry
+
+    def bound_run(n: int) -> str:
+        """The run id bound in the handler's log context.
+
+        Args:
+            n: Which call this is.
+        """
+        return f"{n}: {structlog.contextvars.get_contextvars().get('run_id')}"
+
+    registry.register(make_tool(bound_run, effect="read"))
+    try:
+        model_server.route(
+            "which run",
+            [Turn(tool_calls=[("bound_run", {"n": 1}), ("bound_run", {"n": 2})]), "Done."],
+        )
+        rt = make_runtime(redis_conn, model_server.url)
+        run = service.submit(rt, "which run", ALICE)
+        work(rt)
+    finally:
+        registry.unregister("bound_run")
+    assert tool_messages(model_server.last_chat_request) == [f"1: {run.id}", f"2: {run.id}"]
+
+
 @pytest.mark.parametrize(
     ("name", "arguments", "expected"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 import json
@@ -167,8 +168,11 @@ def _run(
     executor: ThreadPoolExecutor | None,
     timeout: float,
 ) -> _Outcome:
+    # the handler runs with the caller's context: its log lines name the run (structlog's
+    # bound run id), its spans are children of the call's (a new thread starts with none)
+    context = contextvars.copy_context()
     if executor is not None:
-        future = executor.submit(_call, tool, ctx, args)
+        future = executor.submit(context.run, _call, tool, ctx, args)
         try:
             return future.result(timeout=timeout)
         except FutureTimeoutError:
@@ -178,7 +182,7 @@ def _run(
     done = threading.Event()
 
     def target() -> None:
-        box.append(_call(tool, ctx, args))
+        box.append(context.run(_call, tool, ctx, args))
         done.set()
 
     thread = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)
