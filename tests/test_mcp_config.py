@@ -286,6 +286,7 @@ def test_any_servers_document_loads_or_fails_with_one_config_error(servers: dict
     ),
 )
 @example(auth="per_user", extra={"scopes": [0]})  # unquoted: not text, refused (found in CI)
+@example(auth="per_user", extra={"label": 0})  # a number: its text is the label
 def test_any_auth_label_and_scopes_load_as_a_per_user_server_or_fail_naming_the_line(
     auth: object, extra: dict
 ) -> None:
@@ -299,7 +300,11 @@ def test_any_auth_label_and_scopes_load_as_a_per_user_server_or_fail_naming_the_
     assert config.per_user == (auth == "per_user")
     if config.per_user:
         assert config.connection == "mcp:s"
-        assert config.connection_label == (extra.get("label") or "s").strip()
+        label = extra.get("label")
+        if label is None:
+            assert config.connection_label == "s"
+        else:  # text, or a number YAML wrote unquoted: the loader reads its scalar as text
+            assert config.connection_label == str(yaml.compose(yaml.safe_dump(label)).value).strip()
         assert set(config.scopes) == set(extra.get("scopes") or ())
     else:
         assert "label" not in extra and "scopes" not in extra
