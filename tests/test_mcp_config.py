@@ -304,7 +304,8 @@ def test_any_auth_label_and_scopes_load_as_a_per_user_server_or_fail_naming_the_
         if label is None:
             assert config.connection_label == "s"
         else:  # text, or a number YAML wrote unquoted: the loader reads its scalar as text
-            assert config.connection_label == str(yaml.compose(yaml.safe_dump(label)).value).strip()
+            scalar = yaml.compose(yaml.safe_dump(label))
+            assert scalar is not None and config.connection_label == str(scalar.value).strip()
         assert set(config.scopes) == set(extra.get("scopes") or ())
     else:
         assert "label" not in extra and "scopes" not in extra
