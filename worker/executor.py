@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -84,9 +85,10 @@ def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation
 
 def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
     """Run the turn's read calls concurrently; each has its own timeout and output cap. The
-    first is waited for in this thread, the others each in a thread of the process's pool
-    (every call's handler runs in a thread of its own: tools/execute.py): most turns ask for
-    one call, which then costs no hand-over to the pool and back, and leaves it idle."""
+    first is waited for in this thread, each other one in a thread started for it, which
+    ends with it (every call's handler runs in a thread of its own: tools/execute.py). Most
+    turns ask for one call, which then costs no thread hand-over; a process keeps no pool
+    of threads that would only grow with the largest turn it has seen."""
     if not calls:
         return
     names = ", ".join(sorted({c.name for c in calls}))
@@ -97,18 +99,39 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         assert tool is not None and call.args is not None
         ctx = context_for(rt, run, call, tool=tool)
         work = functools.partial(tracing.tool_call, call, execute, tool, ctx, call.args)
-        if n == 0:
-            pending.append(work)  # run below, once the others are on their way
-            continue
-        # the run's log context (run id) goes with the call into the pool's thread
-        context = contextvars.copy_context()
-        pending.append(rt.executor.submit(context.run, work).result)
+        pending.append(work if n == 0 else _started(work))  # the first runs below
     for call, outcome in zip(calls, pending, strict=True):
         observation: Observation = outcome()
         call.state, call.result = "done", observation.text
         run.record_outcome(call.id, observation.ok)
         record_result(rt, run, call, observation)
         offer_connection(rt, run, call, observation)
+
+
+def _started(work: Callable[[], Observation]) -> Callable[[], Observation]:
+    """`work` started now in a thread of its own, with this thread's context (the run's log
+    context, the step's span); returns what waits for its observation (or raises what it
+    raised). `work` ends within its tool's timeout, so the wait does too."""
+    context = contextvars.copy_context()
+    outcome: list[Observation] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(context.run(work))
+        except BaseException as exc:  # handed to the waiter, who raises it as its own
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="tool-call", daemon=True)
+    thread.start()
+
+    def wait() -> Observation:
+        thread.join()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    return wait
 
 
 def run_decided(rt: Runtime, run: Run, call: Call, request: ApprovalRequest) -> str:

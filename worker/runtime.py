@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import redis
@@ -96,10 +95,6 @@ class Runtime:
         )
         # Set when the process is asked to stop: runs hand themselves back at the next step.
         self.stopping = threading.Event()
-        # Threads start only when needed; enough for every run in flight to read at once.
-        self.executor = ThreadPoolExecutor(
-            max_workers=max(8, 4 * self.settings.concurrency), thread_name_prefix="tool"
-        )
         self.events = EventLog(self.redis, ns)
         self.approvals = ApprovalStore(self.redis, due_key=self.store.keys.due, namespace=ns)
         self.ledger = ExecutionLedger(self.redis, ns)
