@@ -79,9 +79,9 @@ def test_an_advance_job_that_raises_is_kept_as_failed_as_rq_keeps_it(redis_conn,
 
 def test_a_slot_goes_on_when_redis_refuses_an_advance_jobs_bookkeeping(model_server, tmp_path):
     """Redis refuses the slot's taking of the job (LREM from RQ's intermediate queue, which
-    nothing else in a slot's loop sends): the job is not run, nor recorded as a failure of
-    it (its run stays due for the sweeper), and the slot takes the next one instead of
-    leaving its loop with the rest still queued."""
+    nothing else in a slot's loop sends): the job is not run (its run stays due for the
+    sweeper; RQ's maintenance records the job as stuck a minute later), and the slot takes
+    the next one instead of leaving its loop with the rest still queued."""
     server = RedisServer(tmp_path / "redis").start()
     try:
         admin = redis.Redis(unix_socket_path=server.socket)
@@ -113,7 +113,7 @@ def test_a_slot_goes_on_when_redis_refuses_an_advance_jobs_bookkeeping(model_ser
         assert not_taken == [job.id for job in jobs]
         for job in jobs:
             job.refresh()
-            assert job.get_status() == JobStatus.QUEUED  # not run, not failed
+            assert job.get_status() == JobStatus.QUEUED  # not run
             assert 0 < admin.ttl(job.key) <= rt.settings.job_timeout + 60  # and not kept
         assert admin.hget(slot.key, "state").decode() == WorkerStatus.IDLE
         slot_conn.close()

@@ -174,15 +174,18 @@ class SlotWorker(SimpleWorker):
         try:
             ttl = self.get_heartbeat_ttl(job)
             pipe = self.connection.pipeline(transaction=False)
-            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            # in this order: a pipeline applied only in part (a connection lost, a
+            # failover) leaves the job's key bounded, or the job in the intermediate queue
             pipe.expire(job.key, ttl)
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             self.heartbeat(ttl, pipeline=pipe)
             pipe.execute()
-        except Exception as exc:  # not taken, not run: nothing to record it failed. Its run
-            # stays due, and the sweeper queues it again once no job of the run is queued;
-            # RQ's maintenance drops the job from the intermediate queue. The slot's loop
-            # goes on (its next Redis command says whether Redis is back).
+        except Exception as exc:  # not taken, not run. Its run stays due, and the sweeper
+            # queues it again once no job of the run is queued; a job left in the
+            # intermediate queue is recorded by RQ's maintenance, a minute later, as stuck
+            # there (failed). The slot's loop goes on (its next command says whether Redis
+            # is back).
             log.warning("worker_slot_job_not_taken", job_id=job.id, error=_brief(exc))
             return
         succeeded = False
