@@ -7,7 +7,7 @@ side pays a 40 ms delayed ACK). Both sides use the real `openai` client over loo
 
   Switchboard  service.submit (run document, indexes, event, RQ enqueue) and an in-process
                RQ SimpleWorker running `worker.jobs.advance`: lease, model call, tool
-               validation/authorization, reads in the tool pool, the run saved and events
+               validation/authorization, reads (each handler in a thread), the run saved and events
                appended in Redis after every step, grounding check. Default policy and the
                six built-in tools; no demonstrations (make_runtime, as the tests build it).
   agents       `Runner.run_sync` of the openai-agents SDK, OpenAIChatCompletionsModel with an

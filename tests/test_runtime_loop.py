@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -115,10 +116,50 @@ def test_the_reads_of_one_turn_run_at_the_same_time(redis_conn, model_server, ti
     ]
 
 
+def test_reads_outside_their_runs_thread_are_bounded_per_process(
+    redis_conn, model_server, tickets_db
+):
+    """A process runs at most max(8, 4 x concurrency) reads at once outside their runs'
+    threads (plus each run's first): a turn asking for more waits for a place, and every
+    read still runs."""
+    from tools.declare import make_tool
+    from tools.registry import registry
+
+    lock = threading.Lock()
+    running = [0, 0]  # now, most at once
+
+    def slow_read(n: int) -> str:
+        """Take a while.
+
+        Args:
+            n: Which call this is.
+        """
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return f"read {n}"
+
+    registry.register(make_tool(slow_read, effect="read"))
+    try:
+        calls = [("slow_read", {"n": n}) for n in range(12)]
+        model_server.route("twelve reads", [Turn(tool_calls=calls), "Done."])
+        rt = make_runtime(redis_conn, model_server.url, concurrency=1)  # 8 places
+        run = service.submit(rt, "twelve reads", ALICE)
+        work(rt)
+    finally:
+        registry.unregister("slow_read")
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED
+    assert tool_messages(model_server.last_chat_request) == [f"read {n}" for n in range(12)]
+    assert 8 <= running[1] <= 8 + 1  # the places were all taken, and never more
+
+
 def test_a_tool_handler_runs_with_its_runs_log_context(redis_conn, model_server, tickets_db):
     """Handlers run in threads of their own: each is given the calling run's context, so
     what a handler logs names the run (both the first read, waited for in the run's
-    thread, and the second, in the pool's)."""
+    thread, and the second, in a thread of its own)."""
     import structlog
 
     from tools.declare import make_tool

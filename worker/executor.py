@@ -99,7 +99,7 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         assert tool is not None and call.args is not None
         ctx = context_for(rt, run, call, tool=tool)
         work = functools.partial(tracing.tool_call, call, execute, tool, ctx, call.args)
-        pending.append(work if n == 0 else _started(work))  # the first runs below
+        pending.append(work if n == 0 else _started(work, rt.read_threads))  # 1st: below
     for call, outcome in zip(calls, pending, strict=True):
         observation: Observation = outcome()
         call.state, call.result = "done", observation.text
@@ -108,10 +108,13 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
         offer_connection(rt, run, call, observation)
 
 
-def _started(work: Callable[[], Observation]) -> Callable[[], Observation]:
-    """`work` started now in a thread of its own, with this thread's context (the run's log
-    context, the step's span); returns what waits for its observation (or raises what it
-    raised). `work` ends within its tool's timeout, so the wait does too."""
+def _started(
+    work: Callable[[], Observation], places: threading.BoundedSemaphore
+) -> Callable[[], Observation]:
+    """`work` started in a thread of its own once one of `places` is free, with this
+    thread's context (the run's log context, the step's span); returns what waits for its
+    observation (or raises what it raised). `work` ends within its tool's timeout, so the
+    wait does too, and so does the wait for a place: every place is held by such a thread."""
     context = contextvars.copy_context()
     outcome: list[Observation] = []
     failure: list[BaseException] = []
@@ -121,9 +124,16 @@ def _started(work: Callable[[], Observation]) -> Callable[[], Observation]:
             outcome.append(context.run(work))
         except BaseException as exc:  # handed to the waiter, who raises it as its own
             failure.append(exc)
+        finally:
+            places.release()
 
+    places.acquire()
     thread = threading.Thread(target=run, name="tool-call", daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except BaseException:  # no thread to give the place back
+        places.release()
+        raise
 
     def wait() -> Observation:
         thread.join()

@@ -95,6 +95,9 @@ class Runtime:
         )
         # Set when the process is asked to stop: runs hand themselves back at the next step.
         self.stopping = threading.Event()
+        # Reads waited for outside their run's thread at once, process-wide (worker/executor.py
+        # `run_reads`): a turn asking for more waits for a place, so threads stay bounded.
+        self.read_threads = threading.BoundedSemaphore(max(8, 4 * self.settings.concurrency))
         self.events = EventLog(self.redis, ns)
         self.approvals = ApprovalStore(self.redis, due_key=self.store.keys.due, namespace=ns)
         self.ledger = ExecutionLedger(self.redis, ns)
