@@ -15,7 +15,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from worker.streaming import TextSink
 
@@ -49,6 +49,39 @@ class CutOffSink:
             self._cut = True
 
 
+class InThread(Generic[T]):
+    """`call()` started in a daemon thread of its own, with the caller's context (the log
+    lines keep the run id, spans their parent); `done` is set when it has returned or
+    raised, and `result()` then gives what it returned or raises what it raised.
+    `on_end()` runs in that thread as it ends."""
+
+    def __init__(
+        self, call: Callable[[], T], name: str, on_end: Callable[[], object] | None = None
+    ) -> None:
+        self.done = threading.Event()
+        self._outcome: list[T] = []
+        self._failure: list[BaseException] = []
+        context = contextvars.copy_context()
+
+        def run() -> None:
+            try:
+                self._outcome.append(context.run(call))
+            except BaseException as exc:  # handed to the caller, who raises it as its own
+                self._failure.append(exc)
+            finally:
+                self.done.set()
+                if on_end is not None:
+                    on_end()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def result(self) -> T:
+        """Once `done`: what the call returned, or its exception raised here."""
+        if self._failure:
+            raise self._failure[0]
+        return self._outcome[0]
+
+
 def within(
     seconds: float,
     call: Callable[[], T],
@@ -60,29 +93,14 @@ def within(
     runs in a daemon thread with the caller's context (the log lines keep the run id). While
     it runs, `tick(seconds so far)` is called in the caller's thread every `every` seconds
     (so a surface can say how long the call has taken)."""
-    done = threading.Event()
-    outcome: list[T] = []
-    failure: list[BaseException] = []
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        try:
-            outcome.append(context.run(call))
-        except BaseException as exc:  # handed to the caller, who raises it as its own
-            failure.append(exc)
-        finally:
-            done.set()
-
     started = time.monotonic()
-    threading.Thread(target=run, name="model-call", daemon=True).start()
+    running = InThread(call, "model-call")
     while True:
         left = seconds - (time.monotonic() - started)
-        if done.wait(max(0.0, min(left, every) if tick is not None else left)):
+        if running.done.wait(max(0.0, min(left, every) if tick is not None else left)):
             break
         if time.monotonic() - started >= seconds:
             raise Overdue(f"not done within {seconds:.1f} s")
         if tick is not None:
             tick(time.monotonic() - started)
-    if failure:
-        raise failure[0]
-    return outcome[0]
+    return running.result()

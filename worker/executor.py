@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import os
 import threading
@@ -20,6 +19,7 @@ from tools.exceptions import ArgumentError, NotConnected
 from tools.execute import Observation, execute
 from tools.registry import Tool
 from worker import metrics, tracing
+from worker.deadline import InThread
 from worker.events import EventKind
 from worker.run import Call, Run
 from worker.runtime import Runtime
@@ -111,35 +111,20 @@ def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
 def _started(
     work: Callable[[], Observation], places: threading.BoundedSemaphore
 ) -> Callable[[], Observation]:
-    """`work` started in a thread of its own once one of `places` is free, with this
-    thread's context (the run's log context, the step's span); returns what waits for its
-    observation (or raises what it raised). `work` ends within its tool's timeout, so the
-    wait does too, and so does the wait for a place: every place is held by such a thread."""
-    context = contextvars.copy_context()
-    outcome: list[Observation] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(context.run(work))
-        except BaseException as exc:  # handed to the waiter, who raises it as its own
-            failure.append(exc)
-        finally:
-            places.release()
-
+    """`work` started in a thread of its own (`InThread`: with this thread's context, the
+    run's log context and the step's span) once one of `places` is free; returns what
+    waits for its observation. `work` ends within its tool's timeout, so the wait does too,
+    and so does the wait for a place: every place is held by such a thread."""
     places.acquire()
-    thread = threading.Thread(target=run, name="tool-call", daemon=True)
     try:
-        thread.start()
+        running = InThread(work, "tool-call", on_end=places.release)
     except BaseException:  # no thread to give the place back
         places.release()
         raise
 
     def wait() -> Observation:
-        thread.join()
-        if failure:
-            raise failure[0]
-        return outcome[0]
+        running.done.wait()
+        return running.result()
 
     return wait
 
