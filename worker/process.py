@@ -3,9 +3,10 @@
 A run spends almost all its working time waiting on the model's HTTP answer, so one process
 carries many runs: each slot is an RQ `SimpleWorker` loop in its own thread, taking jobs from
 the one RQ queue, so RQ stays the queue and the scheduler (a run's `advance` job skips RQ's
-per-job registries: `SlotWorker.execute_job`). Chosen by
-measurement (bench/bench_latency.py): threads against an asyncio rewrite of the loop would
-buy little, since the GIL is released on every socket wait and a step's CPU is milliseconds.
+per-job registries: `SlotWorker.execute_job`). Chosen by measurement (bench/bench_latency.py):
+the GIL is released on every socket wait and a step's CPU is milliseconds. Their limit, also
+measured: CPU per run grows with the slots (the GIL handed over at every blocking call), so
+one process carries 1,000 runs at 1.8x the time of four processes of 250 (bench/README.md).
 
 SimpleWorker runs jobs in the worker process instead of forking one per job: measured here,
 two fork-per-job workers did ~74 no-op jobs/s and two SimpleWorkers ~370. Forking buys crash
