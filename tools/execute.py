@@ -6,7 +6,6 @@ import contextvars
 import dataclasses
 import enum
 import json
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from pydantic import BaseModel
 from tools.context import ToolContext
 from tools.exceptions import NotConnected, ToolError, bounded
 from tools.registry import Tool
+from tools.threads import InThread
 
 log = structlog.get_logger(__name__)
 
@@ -168,28 +168,20 @@ def _run(
     executor: ThreadPoolExecutor | None,
     timeout: float,
 ) -> _Outcome:
-    # the handler runs with the caller's context: its log lines name the run (structlog's
-    # bound run id), its spans are children of the call's (a new thread starts with none)
-    context = contextvars.copy_context()
     if executor is not None:
+        # the handler runs with the caller's context: its log lines name the run (structlog's
+        # bound run id), its spans are children of the call's (a new thread starts with none)
+        context = contextvars.copy_context()
         future = executor.submit(context.run, _call, tool, ctx, args)
         try:
             return future.result(timeout=timeout)
         except FutureTimeoutError:
             future.cancel()
             return _TimedOut()
-    box: list[_Failed | _Returned] = []
-    done = threading.Event()
-
-    def target() -> None:
-        box.append(context.run(_call, tool, ctx, args))
-        done.set()
-
-    thread = threading.Thread(target=target, name=f"tool-{tool.name}", daemon=True)
-    thread.start()
-    if not done.wait(timeout):
+    running = InThread(lambda: _call(tool, ctx, args), f"tool-{tool.name}")  # same context
+    if not running.done.wait(timeout):
         return _TimedOut()
-    return box[0]
+    return running.result()
 
 
 def _jsonable(value: Any) -> Any:

@@ -18,8 +18,8 @@ from tools.decode import canonical_json
 from tools.exceptions import ArgumentError, NotConnected
 from tools.execute import Observation, execute
 from tools.registry import Tool
+from tools.threads import InThread
 from worker import metrics, tracing
-from worker.deadline import InThread
 from worker.events import EventKind
 from worker.run import Call, Run
 from worker.runtime import Runtime
