@@ -68,7 +68,8 @@ return admitted
 # 1: the call may start (and is reserved at the largest call's cost); 0: the cap is reached,
 # or the calls already in flight are expected to reach it (this one would pass it).
 _BEGIN_CALL = """
-local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+local read = redis.call('MGET', KEYS[1], KEYS[3])  -- one command for the two counters
+local spent = tonumber(read[1] or '0')
 local cap = tonumber(ARGV[1])
 if spent >= cap then return 0 end
 local entries = redis.call('HGETALL', KEYS[2])
@@ -84,7 +85,7 @@ for i = 1, #entries, 2 do
   end
 end
 if reserved > 0 and spent + reserved >= cap then return 0 end
-local estimate = redis.call('GET', KEYS[3]) or '0'
+local estimate = read[2] or '0'
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
 -- a hash that kept an entry still has the time to live it was made with
 if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
