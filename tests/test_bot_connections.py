@@ -6,6 +6,7 @@ to the real Bolt app, FakeSlack as the Web API, the `mcp` SDK's OAuth server as 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from bot.render.connections import (
     CODE_BLOCK,
@@ -22,6 +23,9 @@ from tests.support.oauth_server import OAuthMcpServer
 from tests.support.slack_bot import ALICE, CHANNEL, BotEnv, buttons, texts
 from tests.test_connections import TEAM, connect, sign_in, with_connections
 from tests.test_connections_runs import GO_ON, people_tool  # noqa: F401 (a fixture)
+from tools import ToolContext, tool
+from tools.exceptions import NeedsMoreAccess
+from tools.registry import registry
 from worker.service import connections
 
 BOB = "UBOB"
@@ -160,3 +164,35 @@ def test_a_run_that_waited_for_a_connection_goes_on_in_its_thread_once_she_confi
     assert env.rt.redis.get(env.rt.store.keys.slack_thread(CHANNEL, mention["ts"])) == (
         going_on.id.encode()
     )
+
+
+def test_a_tool_short_of_access_asks_her_in_the_thread_to_connect_again_for_more(
+    env: BotEnv, model_server: FakeOpenAI, provider_server: OAuthMcpServer
+) -> None:
+    with_connections(env.rt, provider_server)
+    connections.confirm(env.rt, TEAM, ALICE, connect(env.rt, ALICE).code)
+
+    @tool(effect="read", connection="mcp:people", name="people_payroll")
+    def people_payroll(ctx: ToolContext) -> str:
+        """Read the person's payroll."""
+        ctx.access_token()  # she is connected, but the service wants more (and a bad token)
+        raise NeedsMoreAccess("mcp:people", "People", 'payroll "quoted"')
+
+    try:
+        model_server.route(
+            "my payroll", [Turn(tool_calls=[("people_payroll", {})]), "Connect again."]
+        )
+        mention = app_mention("<@UBOT> what is my payroll?", user=ALICE, channel=CHANNEL)
+        env.event(mention)
+        env.wait_for_runs(1)
+        env.work()
+        prompt = env.slack.wait_for_call(
+            "chat.postEphemeral", lambda a: ENTER_CODE in buttons(a.get("blocks") or [])
+        )
+    finally:
+        registry.unregister("people_payroll")
+    assert prompt["user"] == ALICE and prompt["thread_ts"] == mention["ts"]
+    assert "needs more access than the connection gives (`payroll`)" in prompt["text"]
+    [url] = url_buttons(prompt["blocks"])
+    assert parse_qs(urlparse(url).query)["scope"] == ["payroll"]
+    assert [c.provider for c in connections.listing(env.rt, TEAM, ALICE)] == ["mcp:people"]

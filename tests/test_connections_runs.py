@@ -45,9 +45,13 @@ class Offers:
 
     def __init__(self) -> None:
         self.offered: list[tuple[str, str, str]] = []
+        self.more_access: list[tuple[str, ...]] = []  # what each offer asked for besides
 
-    def connect_needed(self, run: object, provider: str, label: str) -> None:
+    def connect_needed(
+        self, run: object, provider: str, label: str, more_access: tuple[str, ...] = ()
+    ) -> None:
         self.offered.append((run.requester.user_id, provider, label))  # type: ignore[attr-defined]
+        self.more_access.append(more_access)
 
     def __getattr__(self, name: str) -> object:  # every other Surface call: nothing to show
         return lambda *args, **kwargs: None

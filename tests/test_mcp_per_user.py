@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import redis
@@ -23,13 +24,15 @@ from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.support.mcp_servers import write_config
 from tests.support.oauth_server import OAuthMcpServer
 from tests.support.runtime import ALICE, approve_first, tool_messages, work
-from tests.test_connections import PUBLIC, TEAM, connect, redis_dump
+from tests.test_connections import PUBLIC, TEAM, connect, redis_dump, sign_in
+from tests.test_connections import _callback as callback
 from tests.test_connections_runs import BOB, Offers
 from tools.exceptions import McpConfigError
 from worker import service
 from worker.run import Requester, RunStatus
 from worker.runtime import Runtime
 from worker.service import connections
+from worker.service.resuming import GO_ON
 
 Build = Callable[..., Runtime]
 LIST_VARIABLE = "PEOPLE_LIST_TOKEN"
@@ -270,3 +273,68 @@ def test_a_per_user_server_that_went_down_fails_the_call_as_not_run(
     assert told.startswith("Error: people_whoami was not run: MCP server 'people' is unavailable")
     assert rt.store.load(run).status == RunStatus.COMPLETED
     assert [c.provider for c in connections.listing(rt, TEAM, "UALICE")] == ["mcp:people"]
+
+
+def test_a_call_short_of_a_scope_keeps_the_connection_and_connecting_again_asks_for_more(
+    build: Build, tmp_path: Path, model_server: FakeOpenAI
+) -> None:
+    """A per-user server's 403 `insufficient_scope` (the MCP authorization spec's step-up):
+    nothing runs, the person keeps their connection, and is offered to connect again; that
+    Connect asks for what they had and what the server named; once they have, the run goes
+    on and the call acts as them."""
+    server = OAuthMcpServer(scopes={"payroll": "payroll"})
+    try:
+        listing = server.people.mint("operator")
+        path = write_config(
+            tmp_path / "mcp.yaml",
+            {
+                "people": {
+                    "url": server.url,
+                    "auth": "per_user",
+                    "label": "People",
+                    "headers": {"Authorization": f"Bearer {listing}"},
+                    "scopes": ["people"],
+                }
+            },
+        )
+        rt = build(path)
+        first_url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
+        assert parse_qs(urlparse(first_url).query)["scope"] == ["people"]
+        connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+        model_server.route("my payroll", [Turn(tool_calls=[("people_payroll", {})]), "Later."])
+        going = GO_ON.format(label="People")
+        model_server.route(going, [Turn(tool_calls=[("people_payroll", {})]), "Here it is."])
+
+        run = ask(rt, "what is my payroll?")
+        told = tool_messages(model_server.last_chat_request)[-1]
+        assert "does not give the access this call needs (payroll)" in told, told
+        assert server.people.acted == []  # refused before any tool ran
+        surface = rt.surfaces["test"]
+        assert isinstance(surface, Offers)
+        assert surface.offered == [("UALICE", "mcp:people", "People")]
+        assert surface.more_access == [("payroll",)]
+        [needed] = [e for e in rt.events.read(run) if e.kind == "connection_needed"]
+        assert needed.data["more_access"] == ["payroll"]
+        [kept] = connections.listing(rt, TEAM, "UALICE")  # her connection stays as it was
+        assert kept.scope == "people"
+        assert rt.store.load(run).status == RunStatus.COMPLETED
+
+        # Connect again asks for both; Bob's Connect is not changed by what Alice was asked
+        again_url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
+        assert parse_qs(urlparse(again_url).query)["scope"] == ["people payroll"]
+        bobs_url = connections.connect_url(rt, TEAM, "UBOB", "mcp:people")
+        assert parse_qs(urlparse(bobs_url).query)["scope"] == ["people"]
+        finished = connections.complete(rt, **callback(sign_in(again_url, "alice")))
+        done = connections.confirm(rt, TEAM, "UALICE", finished.code)
+        [going_on] = done.resumed
+        work(rt)
+        assert rt.store.load(going_on.id).status == RunStatus.COMPLETED
+        assert tool_messages(model_server.last_chat_request)[-1] == "read as alice"
+        assert server.people.acted == ["alice"]
+        [now] = connections.listing(rt, TEAM, "UALICE")
+        assert now.scope == "people payroll"
+        # what she was asked for is given: a later Connect asks for what is configured
+        later_url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
+        assert parse_qs(urlparse(later_url).query)["scope"] == ["people"]
+    finally:
+        server.stop()

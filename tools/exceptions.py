@@ -9,6 +9,7 @@ observation with the exception's type and a logged traceback.
     Exception
     ├── ArgumentError (ValueError)          the model reads it
     ├── ToolError                           the model reads it as written; no traceback logged
+    │   └── NotConnected                    the person must connect (NeedsMoreAccess: again)
     └── OperatorError                       the command line prints it, one line, exit 2
         ├── ToolDefinitionError
         │   └── DuplicateToolError
@@ -75,6 +76,49 @@ class NotConnected(ToolError):
             f"{reason}, and this tool acts as them. They have been offered a Connect button; "
             "tell them to connect, then ask again. Do not try another way around it."
         )
+
+
+class NeedsMoreAccess(NotConnected):
+    """The person's connection works, but the service refused this call for want of access it
+    does not give (an MCP server's HTTP 403 `insufficient_scope`, RFC 6750): nothing ran.
+    `scopes` are what the service asked for, as far as it said (`scope_tokens`); the person
+    is offered to connect again asking for them too (the "step-up" of the MCP
+    authorization spec), and keeps the access they had meanwhile."""
+
+    def __init__(self, provider: str, label: str = "", scope: str = "") -> None:
+        self.provider = provider
+        self.label = label or provider
+        self.scopes = scope_tokens(scope)
+        wanted = f" ({bounded(' '.join(self.scopes), 300)})" if self.scopes else ""
+        ToolError.__init__(
+            self,
+            f"Not run: the person asking has connected their {self.label} account, but it "
+            f"does not give the access this call needs{wanted}. They have been offered to "
+            "connect again with more access; tell them to, then ask again. Do not try another "
+            "way around it.",
+        )
+
+
+MAX_SCOPES = 50  # scope tokens a service may ask for at once
+MAX_SCOPE_CHARS = 200  # of each
+
+
+def scope_tokens(text: str) -> tuple[str, ...]:
+    """The OAuth scope tokens of a space-separated `scope` (RFC 6749 3.3: printable ASCII but
+    space, double quote and backslash), in order, once each; anything else is left out, and
+    so is what passes MAX_SCOPES tokens of MAX_SCOPE_CHARS characters."""
+    found: list[str] = []
+    for token in text[: MAX_SCOPES * (MAX_SCOPE_CHARS + 1)].split(" "):
+        if (
+            token
+            and len(token) <= MAX_SCOPE_CHARS
+            and all("!" <= ch <= "~" and ch not in '"\\' for ch in token)
+            and token not in found
+        ):
+            found.append(token)
+            if len(found) == MAX_SCOPES:
+                break
+    return tuple(found)
 
 
 class OperatorError(Exception):

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel
 
 from tools.context import ToolContext
-from tools.exceptions import NotConnected, ToolError, bounded
+from tools.exceptions import NeedsMoreAccess, NotConnected, ToolError, bounded
 from tools.registry import Tool
 from tools.threads import InThread
 
@@ -38,6 +38,7 @@ class Observation:
     text: str
     truncated: bool = False
     needs_connection: str = ""  # the provider the person must connect (NotConnected)
+    more_access: tuple[str, ...] = ()  # ... again, asking for these too (NeedsMoreAccess)
 
 
 def execute(
@@ -62,7 +63,11 @@ def execute(
         return _error(tool, timed_out(tool, timeout))
     if isinstance(outcome, _Failed) and isinstance(outcome.error, NotConnected):
         log.info("tool_not_connected", tool=tool.name, call_id=ctx.call_id)
-        return replace(_error(tool, outcome.error.message), needs_connection=outcome.error.provider)
+        return replace(
+            _error(tool, outcome.error.message),
+            needs_connection=outcome.error.provider,
+            more_access=outcome.error.scopes if isinstance(outcome.error, NeedsMoreAccess) else (),
+        )
     if isinstance(outcome, _Failed) and isinstance(outcome.error, ToolError):
         log.info("tool_error", tool=tool.name, call_id=ctx.call_id, error=outcome.error.message)
         return _error(tool, outcome.error.message)

@@ -72,15 +72,24 @@ def _requester_token(
 
 
 def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation) -> None:
-    """A per-user tool found the person not connected: record it, and offer them Connect."""
+    """A per-user tool found the person not connected (or connected without the access the
+    call needs): record it, and offer them Connect."""
     if not observation.needs_connection:
         return
-    provider = observation.needs_connection
+    provider, more = observation.needs_connection, observation.more_access
     label = rt.connections.label(provider) if rt.connections is not None else provider
+    if more and rt.connections is not None:  # the next Connect asks for them too
+        rt.connections.store.want(run.requester.team_id, run.requester.user_id, provider, more)
+    extra = {"more_access": list(more)} if more else {}
     rt.events.append(
-        run.id, EventKind.CONNECTION_NEEDED, call_id=call.id, tool=call.name, provider=provider
+        run.id,
+        EventKind.CONNECTION_NEEDED,
+        call_id=call.id,
+        tool=call.name,
+        provider=provider,
+        **extra,
     )
-    rt.surface(run).connect_needed(run, provider, label)
+    rt.surface(run).connect_needed(run, provider, label, more)
 
 
 def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:

@@ -129,6 +129,11 @@ class Keys(ApprovalKeys):
         """String with a TTL: a finished flow waiting for its person, encrypted."""
         return f"{self.ns}oauth:pending:{code_digest}"
 
+    def oauth_wanted(self, team: str, user: str, provider: str) -> str:
+        """String with a TTL: scopes a service asked a person's connection for (step-up),
+        for their next Connect to ask for too, encrypted."""
+        return f"{self.ns}oauth:wanted:{team}:{user}:{provider}"
+
     def oauth_attempts(self, team: str, user: str) -> str:
         """Counter with a TTL: finishing codes a person entered."""
         return f"{self.ns}oauth:attempts:{team}:{user}"

@@ -43,9 +43,12 @@ class Surface(Protocol):
 
     def finished(self, run: Run) -> None: ...
 
-    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+    def connect_needed(
+        self, run: Run, provider: str, label: str, more_access: tuple[str, ...] = ()
+    ) -> None:
         """A per-user tool found the requester not connected to `provider`: offer them a
-        Connect button (only them)."""
+        Connect button (only them). `more_access`: they are connected, but the service asked
+        for these scopes too (the Connect button asks for them: connect again)."""
         ...
 
 
@@ -78,7 +81,9 @@ class SilentSurface:
     def finished(self, run: Run) -> None:
         return None
 
-    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+    def connect_needed(
+        self, run: Run, provider: str, label: str, more_access: tuple[str, ...] = ()
+    ) -> None:
         return None
 
 
@@ -125,8 +130,14 @@ class Guarded:
             lambda: self.inner.approval_reminders(run, requests, escalated=escalated),
         )
 
-    def connect_needed(self, run: Run, provider: str, label: str) -> None:
-        self._guard("connect_needed", run, lambda: self.inner.connect_needed(run, provider, label))
+    def connect_needed(
+        self, run: Run, provider: str, label: str, more_access: tuple[str, ...] = ()
+    ) -> None:
+        self._guard(
+            "connect_needed",
+            run,
+            lambda: self.inner.connect_needed(run, provider, label, more_access),
+        )
 
     def answer_stream(self, run: Run) -> TextSink | None:
         try:

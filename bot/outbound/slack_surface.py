@@ -470,9 +470,11 @@ class SlackSurface:
                 unfurl_media=False,
             )
 
-    def connect_needed(self, run: Run, provider: str, label: str) -> None:
+    def connect_needed(
+        self, run: Run, provider: str, label: str, more_access: tuple[str, ...] = ()
+    ) -> None:
         """Offer the requester (only them: ephemeral) a Connect button in the run's thread; the
-        flow it starts is bound to them."""
+        flow it starts is bound to them (and asks for `more_access` too)."""
         channel, thread_ts = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
         if not channel or self.gone(run):
             return
@@ -483,7 +485,7 @@ class SlackSurface:
             text = m.CONNECT_UNAVAILABLE.format(label=label, why=str(refused))
             self.client.chat_postEphemeral(channel=channel, user=user, text=text)
             return
-        prompt = connect_prompt(label, url, provider)
+        prompt = connect_prompt(label, url, provider, more_access)
         self.client.chat_postEphemeral(
             channel=channel,
             user=user,

@@ -11,6 +11,7 @@ from bot.render import messages as m
 from bot.render.blocks import Message, actions, button, confirm_dialog, context, divider, section
 from bot.render.mrkdwn import code, date, escape, plain
 from bot.render.views import modal
+from tools.exceptions import bounded
 from worker.service.connections import Connection
 
 CONNECT_LINK = "connection_link"  # the URL button (Slack sends an action we only ack)
@@ -23,8 +24,18 @@ MAX_CODE_CHARS = 40
 HOME_PROVIDERS_SHOWN = 10
 
 
-def connect_prompt(label: str, url: str, provider: str) -> Message:
-    text = m.CONNECT_NEEDED.format(label=escape(label))
+def connect_prompt(
+    label: str, url: str, provider: str, more_access: tuple[str, ...] = ()
+) -> Message:
+    """The Connect prompt; with `more_access`, the person is connected and is asked to
+    connect again, giving those scopes too."""
+    if more_access:
+        scopes = ", ".join(code(bounded(s, 60)) for s in more_access[:5])
+        if len(more_access) > 5:
+            scopes += ", …"
+        text = m.CONNECT_MORE_ACCESS.format(label=escape(label), scopes=scopes)
+    else:
+        text = m.CONNECT_NEEDED.format(label=escape(label))
     link = button(m.CONNECT_BUTTON.format(label=label), CONNECT_LINK, provider, style="primary")
     link["url"] = url
     return Message(

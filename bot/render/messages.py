@@ -445,6 +445,12 @@ CONNECT_NEEDED = (
     "Connect it, then enter the code the page shows you here (only you can finish it): I "
     "then go on with what you asked, here."
 )
+CONNECT_MORE_ACCESS = (
+    ":link: *{label}* acts as you, and your {label} account is connected, but what you asked "
+    "needs more access than the connection gives ({scopes}). Connect again to give it (the "
+    "page asks for what you gave before too), then enter the code the page shows you here: "
+    "I then go on with what you asked, here."
+)
 CONNECT_BUTTON = "Connect {label}"
 CARD_ACTS_AS = (
     ":bust_in_silhouette: Acts as {user}'s {label} account (their own connection), "

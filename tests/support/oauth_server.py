@@ -11,15 +11,22 @@ The MCP server's tool `whoami` answers with the subject of the bearer token it w
 with, and records it in `People.acted`: the test sees on whose behalf each call acted (the
 server's own record, not what the client says). `People.mint` issues a token with no
 sign-in, e.g. the operator's token a per-user server's tools are listed with.
+
+With `scopes` (`OAuthMcpServer(scopes={"payroll": "payroll"})`), the server also has a read
+tool of each name that needs that scope: a call whose token lacks it is answered HTTP 403
+`insufficient_scope` naming the scope (RFC 6750; the MCP spec's step-up), before the MCP
+server sees it (`ScopeGate`), and clients are registered with those scopes and `people`.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 import uvicorn
@@ -178,17 +185,68 @@ class People:
                 self._drop(refresh)
 
 
+class ScopeGate:
+    """ASGI, in front of the MCP app: a `tools/call` of a tool in `needs` whose bearer token
+    lacks the tool's scope is answered 403 with `WWW-Authenticate: Bearer
+    error="insufficient_scope", scope="..."`; everything else passes as it came."""
+
+    def __init__(self, app: Any, people: People, needs: dict[str, str]) -> None:
+        self.app, self.people, self.needs = app, people, needs
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        messages, body, more = [], b"", True
+        while more:
+            message = await receive()
+            messages.append(message)
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        needed = self._needed(body)
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        token = self.people.access.get(headers.get("authorization", "").removeprefix("Bearer "))
+        if needed and token is not None and needed not in token.scopes:
+            challenge = f'Bearer error="insufficient_scope", scope="{needed}"'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [(b"www-authenticate", challenge.encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    def _needed(self, body: bytes) -> str:
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return ""
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            return ""
+        params = message.get("params")
+        name = params.get("name") if isinstance(params, dict) else None
+        return self.needs.get(name, "") if isinstance(name, str) else ""
+
+
 class OAuthMcpServer:
     """The authorization server and the MCP server it protects, on one free local port,
     served by uvicorn in a thread of the test process."""
 
-    def __init__(self) -> None:
+    def __init__(self, scopes: dict[str, str] | None = None) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         port = self.sock.getsockname()[1]
         self.base = f"http://127.0.0.1:{port}"
         self.url = f"{self.base}/mcp"
         self.people = People(self.base)
+        registered = ["people", *sorted(set(scopes.values()))] if scopes else None
         server = MCPServer(
             "people",
             log_level="WARNING",
@@ -196,7 +254,9 @@ class OAuthMcpServer:
             auth=AuthSettings(
                 issuer_url=AnyHttpUrl(self.base),
                 resource_server_url=AnyHttpUrl(self.url),
-                client_registration_options=ClientRegistrationOptions(enabled=True),
+                client_registration_options=ClientRegistrationOptions(
+                    enabled=True, valid_scopes=registered, default_scopes=registered
+                ),
                 revocation_options=RevocationOptions(enabled=True),
                 validate_token_resource=False,
             ),
@@ -233,7 +293,19 @@ class OAuthMcpServer:
                 )
             return RedirectResponse(self.people.sign_in(ticket, user), status_code=302)
 
-        app = server.streamable_http_app()
+        for name in scopes or {}:
+
+            @server.tool(name=name, annotations=ToolAnnotations(readOnlyHint=True))
+            def scoped() -> str:
+                """A read that needs a scope of its own (ScopeGate)."""
+                token = get_access_token()
+                subject = token.subject if token and token.subject else "nobody"
+                self.people.acted.append(subject)
+                return f"read as {subject}"
+
+        app: Any = server.streamable_http_app()
+        if scopes:
+            app = ScopeGate(app, self.people, scopes)
         self.uvicorn = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self.thread = threading.Thread(
             target=self.uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True

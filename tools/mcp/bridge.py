@@ -16,7 +16,9 @@ A tool of a per-user server (`auth: per_user`) is registered with `connection="m
 as a Python per-user tool is, so its approvals, grants and contract digest say whom it acts
 as; each call carries the asking person's token (`ctx.access_token()`: NotConnected when
 they have none). A 401 from the server refreshes the connection and tries once more (the
-server ran nothing); a second one drops it, and the person is asked to connect again.
+server ran nothing); a second one drops it, and the person is asked to connect again. A
+403 `insufficient_scope` keeps the connection and asks the person to connect again with the
+access the server named (NeedsMoreAccess).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ import structlog
 from mcp import types
 
 from tools.context import ToolContext
-from tools.exceptions import NotConnected, ToolDefinitionError, ToolError
+from tools.exceptions import NeedsMoreAccess, NotConnected, ToolDefinitionError, ToolError
 from tools.mcp.config import Effect, ServerConfig
 from tools.mcp.results import result_text
-from tools.mcp.session import Connection, Unauthorized
+from tools.mcp.session import Connection, InsufficientScope, Unauthorized
 from tools.registry import NAME_PATTERN, Handler, Tool
 from tools.schema import usable_defaults, walk, with_defaults, without_titles
 from tools.schema_check import schema_problem
@@ -204,6 +206,11 @@ def make_handler(
                 return result_text(result, tool_name)
             except Unauthorized:  # nothing ran; refreshed once, then dropped (NotConnected)
                 token = ctx.access_token_refused(token, refresh=refresh)
+            except InsufficientScope as short:  # nothing ran; the connection stays as it is
+                config = connection.config
+                raise NeedsMoreAccess(
+                    config.connection, config.connection_label, short.scope
+                ) from None
         # refused twice, and another call had replaced the connection meanwhile
         config = connection.config
         raise NotConnected(config.connection, config.connection_label, "the server refused it")

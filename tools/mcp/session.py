@@ -16,8 +16,9 @@ opens a session of its own with the asking person's token as its only credential
 (`Authorization: Bearer ...`, never `headers:`), initializes, calls and closes, all within
 the call's timeout: a streamable-HTTP session carries its headers, so one session per call
 is what keeps one person's token out of another's call. A 401 on that session raises
-`Unauthorized` (the token is no longer good; nothing was run). Tokens are never logged:
-the SDK logs URLs and messages, not headers, and nothing here logs either.
+`Unauthorized` (the token is no longer good; nothing was run), a 403 `insufficient_scope`
+`InsufficientScope` (the token is good but does not give the access the call needs). Tokens
+are never logged: the SDK logs URLs and messages, not headers, and nothing here logs either.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import httpx2
 import structlog
 from mcp import Client, MCPError, StdioServerParameters, types
+from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
@@ -54,6 +56,26 @@ HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults
 class Unauthorized(Exception):
     """A per-user server answered 401 to the person's token: it no longer accepts it (the
     call was not run: the server refused it before any tool saw it)."""
+
+
+class InsufficientScope(Exception):
+    """A per-user server answered 403 `insufficient_scope` (RFC 6750) to the person's token:
+    it is good, but does not give the access the call needs (`scope`: what the server said
+    it needs, as it wrote it, or ""). The call was not run."""
+
+    def __init__(self, server: str, scope: str) -> None:
+        super().__init__(server)
+        self.scope = scope
+
+
+def short_of_scope(response: httpx2.Response) -> str | None:
+    """For a 403 whose WWW-Authenticate says `insufficient_scope`: the `scope` it names ("" if
+    none); else None."""
+    if response.status_code != 403:
+        return None
+    if extract_field_from_www_auth(response, "error") != "insufficient_scope":
+        return None
+    return extract_scope_from_www_auth(response) or ""
 
 
 class Connection:
@@ -275,10 +297,13 @@ class Connection:
 
     async def _once_as(self, call: _Call, bearer: str) -> types.CallToolResult:
         refused = False
+        short_of: str | None = None  # the scope a 403 insufficient_scope named
 
         async def seen(response: httpx2.Response) -> None:
-            nonlocal refused
+            nonlocal refused, short_of
             refused = refused or response.status_code == 401
+            if short_of is None:
+                short_of = short_of_scope(response)
 
         # What the call came to, kept as a value: raised inside the session's task group, it
         # would come out wrapped in exception groups.
@@ -310,6 +335,9 @@ class Connection:
         if refused:  # the server's bearer check refused it: no tool ran
             log.info("mcp_token_refused", server=self.config.key, tool=call.tool_name)
             raise Unauthorized(self.config.key)
+        if short_of is not None:  # ... or found it short of a scope: no tool ran either
+            log.info("mcp_token_short_of_scope", server=self.config.key, tool=call.tool_name)
+            raise InsufficientScope(self.config.key, short_of)
         if isinstance(outcome, ToolError | _Lost):
             raise outcome
         if outcome is None:

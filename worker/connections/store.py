@@ -24,12 +24,14 @@ from typing import Any
 import redis
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
+from tools.exceptions import scope_tokens
 from worker.keys import Keys
 
 FLOW_SECONDS = 600  # a started flow must reach the callback within this
 PENDING_SECONDS = 600  # a finished flow must be confirmed in Slack within this
 MAX_CONFIRM_ATTEMPTS = 5  # wrong finishing codes a person may enter per PENDING_SECONDS
 MAX_VALUE_CHARS = 64_000  # a provider's token response, bounded before it is stored
+WANTED_SECONDS = 86_400  # scopes a service asked for are asked for by Connect within this
 
 
 class KeysMissing(ValueError):
@@ -221,6 +223,27 @@ class ConnectionStore:
             pipe.incr(key)
             _, count = pipe.execute()
         return int(count) <= MAX_CONFIRM_ATTEMPTS
+
+    # -- more access a service asked for (step-up) ------------------------------------------
+    def want(self, team: str, user: str, provider: str, scopes: Sequence[str]) -> None:
+        """A service refused a call for want of `scopes`: the person's next Connect for
+        `provider` asks for them too (with those wanted before, for WANTED_SECONDS)."""
+        merged = scope_tokens(" ".join([*self.wanted(team, user, provider), *scopes]))
+        self.redis.set(
+            self.keys.oauth_wanted(team, user, provider),
+            self._seal({"scopes": list(merged)}),
+            ex=WANTED_SECONDS,
+        )
+
+    def wanted(self, team: str, user: str, provider: str) -> tuple[str, ...]:
+        value = self._open(self.redis.get(self.keys.oauth_wanted(team, user, provider)))
+        scopes = value.get("scopes") if value is not None else None
+        if not isinstance(scopes, list):
+            return ()
+        return scope_tokens(" ".join(s for s in scopes if isinstance(s, str)))
+
+    def unwant(self, team: str, user: str, provider: str) -> None:
+        self.redis.delete(self.keys.oauth_wanted(team, user, provider))
 
     # -- a dynamically registered client (an MCP server's own OAuth) -----------------------
     def client(self, provider: str) -> dict[str, Any] | None:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tools.exceptions import bounded
+from tools.exceptions import bounded, scope_tokens
 from worker.connections import oauth
 from worker.connections.oauth import ProviderDown, ProviderRefused
 from worker.connections.store import FLOW_SECONDS, PENDING_SECONDS, Flow, Pending
@@ -98,7 +98,10 @@ def connect_url(
     rt: Runtime, team: str, user: str, provider: str, *, callback: str | None = None
 ) -> str:
     """Start connecting `user`'s account for `provider`; the URL to open in a browser.
-    `callback`: another redirect URI (the console's local port)."""
+    `callback`: another redirect URI (the console's local port). When a service asked the
+    person's connection for more access (`ConnectionStore.want`), the URL asks for it too,
+    with what was asked for before and what the held grant gives (connecting again does not
+    lose access another tool uses: the MCP authorization spec's step-up)."""
     connections = _connections(rt)
     back = callback or redirect_uri(rt)
     try:
@@ -109,6 +112,11 @@ def connect_url(
         raise ConnectRefused(
             f"{connections.label(provider)} cannot be reached now ({down})."
         ) from None
+    wanted = connections.store.wanted(team, user, provider)
+    if wanted:  # step-up: what was asked for before and is held, and what the service wants
+        held = connections.store.get(team, user, provider)
+        had = held.scope if held is not None else ""
+        found = replace(found, scopes=scope_tokens(" ".join([*found.scopes, had, *wanted])))
     state = secrets.token_urlsafe(32)
     challenge = oauth.pkce()
     connections.store.start(
@@ -189,6 +197,7 @@ def confirm(rt: Runtime, team: str, user: str, finishing_code: str) -> Connected
             "Nothing was connected; start your own from the Connect button."
         )
     connections.store.put(team, user, pending.grant)
+    connections.store.unwant(team, user, pending.provider)
     label = connections.label(pending.provider)
     resumed = resuming.resume_waiting(rt, team, user, pending.provider, label)
     return Connected(team, user, pending.provider, label, tuple(resumed))
