@@ -1,5 +1,6 @@
-"""`switchboard connections list|revoke`: a person's connections (never their tokens), and
-disconnecting one as the operator (revoked at the provider where it has an endpoint)."""
+"""`switchboard connections list|revoke|rekey`: a person's connections (never their tokens),
+disconnecting one as the operator (revoked at the provider where it has an endpoint), and
+rewriting every stored connection with the first key after a key rotation."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ def add_command(verbs: Any) -> None:
     p.add_argument("user", metavar="USER", help="the Slack user id")
     p.add_argument("provider", metavar="PROVIDER", help="e.g. github, mcp:docs")
     p.add_argument("--team", default="", metavar="T", help="their workspace id")
+    p = actions.add_parser(
+        "rekey",
+        help="after putting a new key first in SWITCHBOARD_CONNECTION_KEYS: rewrite every "
+        "stored connection with it, so the old keys can be removed",
+    )
+    p.set_defaults(handler=cmd_rekey)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -53,4 +60,23 @@ def cmd_revoke(config: Config, args: argparse.Namespace) -> int:
     if not connections.revoke(rt, args.team, args.user, args.provider):
         raise CliError(f"{args.user} has no {args.provider} connection")
     print(f"{args.user}: {args.provider} disconnected")
+    return 0
+
+
+def cmd_rekey(config: Config, args: argparse.Namespace) -> int:
+    rt = open_runtime(config)
+    if rt.connections is None:
+        raise CliError("connections are not set up here: SWITCHBOARD_CONNECTION_KEYS is unset")
+    done = rt.connections.store.rekey()
+    print(
+        f"rewrote {done.grants} connection(s) and {done.clients} registered client(s) with "
+        "the first key of SWITCHBOARD_CONNECTION_KEYS"
+    )
+    if done.unreadable:
+        print(
+            f"{done.unreadable} value(s) open with none of the configured keys (sealed with a "
+            "key already removed): left as they are; those people connect again"
+        )
+        return 1
+    print("the other keys may now be removed")
     return 0

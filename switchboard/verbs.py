@@ -50,7 +50,7 @@ VERBS: dict[str, Verb] = {
     "connections": Verb(
         "switchboard.connections_cli",
         "add_command",
-        "people's connected accounts (per-user tools): list, revoke",
+        "people's connected accounts (per-user tools): list, revoke, rekey",
     ),
     "eval": Verb(
         "switchboard.eval_cli",

@@ -4,6 +4,7 @@ verifier, refresh, revocation, and tokens that never sit in Redis in plain text.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import parse_qs, urlparse
 
 import httpx2
@@ -194,6 +195,52 @@ def test_an_expired_access_token_is_refreshed_and_a_revoked_one_asks_to_connect_
     assert service.listing(rt, TEAM, "UALICE") == []
 
 
+def expire(rt: Runtime, user: str) -> None:
+    """As far as Switchboard knows, `user`'s access token has expired: the next use refreshes."""
+    assert rt.connections is not None
+    grant = rt.connections.store.get(TEAM, user, "mcp:people")
+    assert grant is not None
+    rt.connections.store.put(TEAM, user, replace(grant, expires_at=1.0))
+
+
+def test_a_console_connect_on_its_own_port_leaves_everyone_elses_connection_working(
+    redis_conn: redis.Redis, provider_server: OAuthMcpServer
+) -> None:
+    """An MCP server's own OAuth registers Switchboard as a client per redirect URI. The
+    console connects through a loopback port of its own (switchboard/local_callback.py): its
+    client must not replace the one Slack's connections were made with, or every one of them
+    fails at its next refresh (the provider refuses a refresh token from another client)."""
+    keys = [Fernet.generate_key().decode()]
+    bot = connected_runtime(redis_conn, provider_server, keys)
+    service.confirm(bot, TEAM, "UALICE", connect(bot, "UALICE").code)
+    registrations = len(provider_server.people.clients)
+
+    console = connected_runtime(redis_conn, provider_server, keys)  # another process
+    loopback = "http://127.0.0.1:53682/oauth/callback"
+    url = service.connect_url(console, TEAM, "ULOCAL", "mcp:people", callback=loopback)
+    with httpx2.Client(follow_redirects=False, timeout=10) as browser:
+        login = browser.get(url)
+        back = browser.get(login.headers["location"] + "&user=local")
+    query = parse_qs(urlparse(back.headers["location"]).query)
+    finished = service.complete(console, query["state"][0], query["code"][0])
+    service.confirm(console, TEAM, "ULOCAL", finished.code)
+    assert len(provider_server.people.clients) == registrations + 1  # the console's own
+
+    # a worker started after that refreshes Alice's connection with the client it came from
+    worker = connected_runtime(redis_conn, provider_server, keys)
+    expire(worker, "UALICE")
+    assert subject_of(provider_server, service.token_for(worker, TEAM, "UALICE", "mcp:people")) == (
+        "alice"
+    )
+    expire(worker, "ULOCAL")  # and the console's with the console's
+    assert subject_of(provider_server, service.token_for(worker, TEAM, "ULOCAL", "mcp:people")) == (
+        "local"
+    )
+    # and a new Slack connection still uses the first registration
+    service.confirm(worker, TEAM, "UBOB", connect(worker, "UBOB").code)
+    assert len(provider_server.people.clients) == registrations + 1
+
+
 def test_disconnect_revokes_at_the_provider_and_uninstall_drops_every_grant(
     rt: Runtime, provider_server: OAuthMcpServer
 ) -> None:
@@ -231,9 +278,17 @@ def test_tokens_are_never_in_redis_in_plain_text_and_keys_rotate(
     new = Fernet.generate_key().decode()
     rotated = connected_runtime(redis_conn, provider_server, [new, old])
     token = service.token_for(rotated, TEAM, "UALICE", "mcp:people")
-    assert rotated.connections is not None and rotated.connections.store.rekey() >= 1
+    assert rotated.connections is not None
+    done = rotated.connections.store.rekey()
+    assert (done.grants, done.clients, done.unreadable) == (1, 1, 0)
     only_new = connected_runtime(redis_conn, provider_server, [new])
     assert service.token_for(only_new, TEAM, "UALICE", "mcp:people") == token
+    # the client the server registered us as was rewritten too: her grant still refreshes
+    # with it, and nobody registers again
+    registrations = len(provider_server.people.clients)
+    expire(only_new, "UALICE")
+    assert service.token_for(only_new, TEAM, "UALICE", "mcp:people") != token
+    assert len(provider_server.people.clients) == registrations
 
 
 def redis_dump(conn: redis.Redis) -> bytes:
@@ -355,3 +410,30 @@ def test_the_cli_lists_and_revokes_a_connection_without_showing_a_token(
     assert not [t for t in provider_server.people.issued if t in listed]
     assert main(["connections", "revoke", "UALICE", "mcp:people", "--team", TEAM]) == 0
     assert service.listing(rt, TEAM, "UALICE") == []
+
+
+def test_the_cli_rekeys_every_connection_and_says_when_a_removed_key_leaves_some_unread(
+    cli_env: None,
+    redis_conn: redis.Redis,
+    provider_server: OAuthMcpServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from switchboard.cli import main
+
+    old, new, lost = (Fernet.generate_key().decode() for _ in range(3))
+    rt = connected_runtime(redis_conn, provider_server, [old])
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    monkeypatch.setenv("SWITCHBOARD_CONNECTION_KEYS", f"{new},{old}")
+    assert main(["connections", "rekey"]) == 0
+    said = capsys.readouterr().out
+    assert "rewrote 1 connection(s) and 1 registered client(s)" in said
+    assert "the other keys may now be removed" in said
+    only_new = connected_runtime(redis_conn, provider_server, [new])
+    assert [c.provider for c in service.listing(only_new, TEAM, "UALICE")] == ["mcp:people"]
+    # a grant sealed with a key that was removed before rekey ran: said, and exit 1
+    elsewhere = connected_runtime(redis_conn, provider_server, [lost])
+    service.confirm(elsewhere, TEAM, "UBOB", connect(elsewhere, "UBOB").code)
+    monkeypatch.setenv("SWITCHBOARD_CONNECTION_KEYS", new)
+    assert main(["connections", "rekey"]) == 1
+    assert "open with none of the configured keys" in capsys.readouterr().out

@@ -142,6 +142,10 @@ class Keys(ApprovalKeys):
         """String with a TTL: the run that waited for a connection was resumed (SET NX)."""
         return f"{self.ns}run:{run_id}:resumed"
 
-    def oauth_client(self, provider: str) -> str:
-        """String: the client an MCP server's authorization server registered us as."""
-        return f"{self.ns}oauth:client:{provider}"
+    def oauth_client(self, provider: str, redirect_digest: str = "") -> str:
+        """String: the client an MCP server's authorization server registered us as, for one
+        redirect URI (by its digest), encrypted; without one, where a registration made
+        before clients were kept per redirect URI is."""
+        if not redirect_digest:
+            return f"{self.ns}oauth:client:{provider}"
+        return f"{self.ns}oauth:client:{provider}:{redirect_digest}"

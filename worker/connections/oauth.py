@@ -110,7 +110,8 @@ def exchange(
         "redirect_uri": redirect_uri,
         "code_verifier": verifier,
     }
-    return _grant(provider, _token_request(provider, http, form), previous=None)
+    grant = _grant(provider, _token_request(provider, http, form), previous=None)
+    return replace(grant, redirect_uri=redirect_uri)
 
 
 def refresh(provider: Provider, http: httpx2.Client, grant: Grant) -> Grant:
@@ -201,6 +202,7 @@ def _grant(provider: Provider, token: OAuthToken, previous: Grant | None) -> Gra
         refresh_token=token.refresh_token or previous.refresh_token,
         connected_at=previous.connected_at,
         scope=token.scope or previous.scope,
+        redirect_uri=previous.redirect_uri,
     )
 
 

@@ -52,6 +52,10 @@ class Grant:
     expires_at: float | None = None  # epoch seconds; None: the provider gave no expiry
     scope: str = ""
     connected_at: float = 0.0
+    # The redirect URI the person connected through: an MCP server's own OAuth registers a
+    # client per redirect URI, and only the client a grant was issued to may refresh or
+    # revoke it. "": the public callback (grants stored before this was kept).
+    redirect_uri: str = ""
 
     def expired(self, now: float, margin: float = 60.0) -> bool:
         return self.expires_at is not None and self.expires_at - margin <= now
@@ -100,6 +104,16 @@ def fernet_of(keys: Sequence[str]) -> MultiFernet:
                 "urlsafe base64)"
             ) from None
     return MultiFernet(fernets)
+
+
+@dataclass(frozen=True)
+class Rekeyed:
+    """What `rekey` rewrote, and how many values none of the configured keys opens (sealed
+    with a key already removed: they cannot be read, and are left as they are)."""
+
+    grants: int
+    clients: int
+    unreadable: int
 
 
 class ConnectionStore:
@@ -174,19 +188,31 @@ class ConnectionStore:
             blocking_timeout=seconds,
         )
 
-    def rekey(self) -> int:
-        """Encrypt every grant with the first key (after a rotation); returns how many."""
-        count = 0
-        for key in self.redis.scan_iter(match=self.keys.connection("*", "*", "*"), count=500):
+    def rekey(self) -> Rekeyed:
+        """Encrypt every grant, registered client and wanted scope with the first key (after
+        a rotation), so the other keys can be removed. A client left under a removed key
+        could not be read: discovery would register another, and the grants issued to the
+        first could no longer be refreshed. Flows and finished connections live ten minutes:
+        they are left to expire."""
+        grants, unreadable = self._rekey(self.keys.connection("*", "*", "*"))
+        clients, more = self._rekey(self.keys.oauth_client("*"))  # each redirect URI's too
+        _, rest = self._rekey(self.keys.oauth_wanted("*", "*", "*"))
+        return Rekeyed(grants, clients, unreadable + more + rest)
+
+    def _rekey(self, pattern: str) -> tuple[int, int]:
+        """(values rewritten, values no configured key opens)"""
+        count = unreadable = 0
+        for key in self.redis.scan_iter(match=pattern, count=500):
             raw = self.redis.get(key)
             if raw is None:
                 continue
             try:
                 self.redis.set(key, self.fernet.rotate(raw), xx=True, keepttl=True)
             except InvalidToken:
+                unreadable += 1
                 continue
             count += 1
-        return count
+        return count, unreadable
 
     # -- flows -----------------------------------------------------------------------------
     def start(self, state: str, flow: Flow) -> None:
@@ -245,12 +271,19 @@ class ConnectionStore:
     def unwant(self, team: str, user: str, provider: str) -> None:
         self.redis.delete(self.keys.oauth_wanted(team, user, provider))
 
-    # -- a dynamically registered client (an MCP server's own OAuth) -----------------------
-    def client(self, provider: str) -> dict[str, Any] | None:
-        return self._open(self.redis.get(self.keys.oauth_client(provider)))
+    # -- dynamically registered clients (an MCP server's own OAuth) --------------------------
+    # One per redirect URI: the console's loopback callback gets a client of its own, and
+    # never replaces the one the public callback's grants were issued to.
+    def client(self, provider: str, redirect_uri: str) -> dict[str, Any] | None:
+        """The client registered for `redirect_uri`; else the one registered before clients
+        were kept per redirect URI (discovery uses it only if it lists `redirect_uri`)."""
+        found = self._open(self.redis.get(self.keys.oauth_client(provider, digest(redirect_uri))))
+        if found is None:
+            found = self._open(self.redis.get(self.keys.oauth_client(provider)))
+        return found
 
-    def put_client(self, provider: str, info: dict[str, Any]) -> None:
-        self.redis.set(self.keys.oauth_client(provider), self._seal(info))
+    def put_client(self, provider: str, redirect_uri: str, info: dict[str, Any]) -> None:
+        self.redis.set(self.keys.oauth_client(provider, digest(redirect_uri)), self._seal(info))
 
 
 def _grant(value: dict[str, Any]) -> Grant:

@@ -44,6 +44,8 @@ class Connections:
         self.public_url = public_url.rstrip("/")
         self.http = http or httpx2.Client(timeout=oauth.TIMEOUT, follow_redirects=False)
         self._lock = threading.Lock()
+        # (name, redirect URI) -> the provider with its discovered endpoints and client
+        self._discovered: dict[tuple[str, str], Provider] = {}
 
     def names(self) -> list[str]:
         return sorted(self._providers)
@@ -59,7 +61,8 @@ class Connections:
 
     def provider(self, name: str, redirect_uri: str = "") -> Provider:
         """The provider, its endpoints and client discovered first for an MCP server's own
-        OAuth (once per process; the registration is kept, encrypted, in Redis)."""
+        OAuth (once per process and redirect URI, the public callback's by default; the
+        registration is kept, encrypted, in Redis, one per redirect URI)."""
         with self._lock:
             found = self._providers.get(name)
         if found is None:
@@ -67,14 +70,23 @@ class Connections:
         if found.discovered or not found.discover_from:
             return found
         redirect_uri = redirect_uri or self.public_url + "/oauth/callback"
-        registered = self.store.client(name)
+        with self._lock:
+            ready = self._discovered.get((name, redirect_uri))
+        if ready is not None:
+            return ready
+        registered = self.store.client(name, redirect_uri)
         discovered = oauth.discover(found.discover_from, redirect_uri, "Switchboard", registered)
         if discovered.client is not registered:
-            self.store.put_client(name, discovered.client)
+            self.store.put_client(name, redirect_uri, discovered.client)
         ready = oauth.with_discovery(found, discovered)
         with self._lock:
-            self._providers[name] = ready
+            self._discovered[(name, redirect_uri)] = ready
         return ready
+
+    def provider_of(self, grant: Grant) -> Provider:
+        """The provider as the client `grant` was issued to (the one that may refresh and
+        revoke it)."""
+        return self.provider(grant.provider, grant.redirect_uri)
 
     def token_for(self, team: str, user: str, provider: str) -> str:
         """The access token of `user` for `provider`, refreshed if it expired; NotConnected
@@ -119,7 +131,7 @@ class Connections:
             if current != grant and not current.expired(time.time()):
                 return current.access_token  # another call refreshed it meanwhile
             try:
-                fresh = oauth.refresh(self.provider(grant.provider), self.http, current)
+                fresh = oauth.refresh(self.provider_of(current), self.http, current)
             except ProviderRefused as refused:
                 self.store.delete(team, user, grant.provider)
                 log.info("connection_refresh_refused", provider=grant.provider, error=refused.error)
@@ -142,7 +154,7 @@ class Connections:
         if grant is None:
             return False
         try:
-            found = self.provider(provider)
+            found = self.provider_of(grant)
         except (UnknownProvider, ProviderDown):
             return True
         revoked = oauth.revoke(found, self.http, grant)
