@@ -203,6 +203,12 @@ def approval_covered(event: Event, offset: str) -> list[str]:
 
 def connection_needed(event: Event, offset: str) -> list[str]:
     d = event.data
+    more = d.get("more_access")
+    if isinstance(more, list) and more:
+        return [
+            f"{offset}  {d.get('tool')} not run: {d.get('provider')} acts as the person "
+            f"asking, whose connection does not give {short(' '.join(map(str, more)), 200)}"
+        ]
     return [
         f"{offset}  {d.get('tool')} not run: {d.get('provider')} acts as the person asking, "
         "who has not connected it"

@@ -333,8 +333,61 @@ def test_a_call_short_of_a_scope_keeps_the_connection_and_connecting_again_asks_
         assert server.people.acted == ["alice"]
         [now] = connections.listing(rt, TEAM, "UALICE")
         assert now.scope == "people payroll"
-        # what she was asked for is given: a later Connect asks for what is configured
+        # a later Connect (from App Home, say) asks for what her connection gives
         later_url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
-        assert parse_qs(urlparse(later_url).query)["scope"] == ["people"]
+        assert parse_qs(urlparse(later_url).query)["scope"] == ["people payroll"]
+    finally:
+        server.stop()
+
+
+def test_a_second_step_up_keeps_the_first_when_the_provider_names_no_scope_in_its_answer(
+    build: Build, tmp_path: Path, model_server: FakeOpenAI
+) -> None:
+    """RFC 6749 5.1: a token answer may leave `scope` out when it granted what was asked;
+    the grant then has what the Connect asked for, so asking for more keeps it."""
+    server = OAuthMcpServer(scopes={"payroll": "payroll", "benefits": "benefits"})
+    server.people.names_scope = False
+    try:
+        listing = server.people.mint("operator")
+        entry: dict[str, object] = {"url": server.url, "auth": "per_user", "label": "People"}
+        entry |= {"scopes": ["people"], "headers": {"Authorization": f"Bearer {listing}"}}
+        rt = build(write_config(tmp_path / "mcp.yaml", {"people": entry}))
+        connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+        model_server.route(GO_ON.format(label="People"), ["Done."])  # the continuations
+        for tool, asked in (("payroll", "people payroll"), ("benefits", "people payroll benefits")):
+            model_server.route(f"my {tool}", [Turn(tool_calls=[(f"people_{tool}", {})]), "Later."])
+            ask(rt, f"what is my {tool}?")
+            url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
+            assert parse_qs(urlparse(url).query)["scope"] == [asked]
+            finished = connections.complete(rt, **callback(sign_in(url, "alice")))
+            connections.confirm(rt, TEAM, "UALICE", finished.code)
+            [held] = connections.listing(rt, TEAM, "UALICE")
+            assert held.scope == asked
+        held_token = server.people.access[connections.token_for(rt, TEAM, "UALICE", "mcp:people")]
+        assert held_token.scopes == ["people", "payroll", "benefits"]  # at the provider too
+    finally:
+        server.stop()
+
+
+def test_a_403_that_names_no_scope_is_a_tool_error_with_no_connect_offer(
+    build: Build, tmp_path: Path, model_server: FakeOpenAI
+) -> None:
+    """Connecting again would ask for what she has: she is not offered it, and the model is
+    told why the call was not run."""
+    server = OAuthMcpServer(scopes={"payroll": "payroll"}, names_scope=False)
+    try:
+        listing = server.people.mint("operator")
+        entry: dict[str, object] = {"url": server.url, "auth": "per_user", "label": "People"}
+        entry |= {"scopes": ["people"], "headers": {"Authorization": f"Bearer {listing}"}}
+        rt = build(write_config(tmp_path / "mcp.yaml", {"people": entry}))
+        connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+        model_server.route("my payroll", [Turn(tool_calls=[("people_payroll", {})]), "Sorry."])
+        run = ask(rt, "what is my payroll?")
+        told = tool_messages(model_server.last_chat_request)[-1]
+        assert "for want of access it did not name" in told, told
+        assert offers(rt) == []
+        assert "connection_needed" not in [e.kind for e in rt.events.read(run)]
+        assert server.people.acted == []
+        assert [c.provider for c in connections.listing(rt, TEAM, "UALICE")] == ["mcp:people"]
     finally:
         server.stop()

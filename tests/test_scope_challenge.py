@@ -3,12 +3,15 @@ tokens it names (RFC 6749 3.3 syntax, bounded), whatever the server writes in it
 
 from __future__ import annotations
 
+import asyncio
+import string
+
 import httpx2
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tools.exceptions import MAX_SCOPE_CHARS, MAX_SCOPES, NeedsMoreAccess, scope_tokens
-from tools.mcp.session import short_of_scope
+from tools.mcp.session import MAX_CHALLENGE_CHARS, BearerAnswers, bearer_params, short_of_scope
 
 SCOPE_CHARS = st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters='"\\')
 SCOPE = st.text(SCOPE_CHARS, min_size=1, max_size=MAX_SCOPE_CHARS)
@@ -61,14 +64,76 @@ def test_only_a_403_that_says_insufficient_scope_is_a_scope_challenge() -> None:
     assert short_of_scope(challenge(200, None)) is None
 
 
-@given(st.text(max_size=2000))
-def test_any_www_authenticate_header_reads_as_a_scope_or_none_never_an_error(
-    header: str,
+TOKEN = st.text(
+    st.sampled_from("!#$%&'*+.^_`|~-" + string.ascii_letters + string.digits), min_size=1
+)
+VALUE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=80)
+
+
+def quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@given(st.dictionaries(TOKEN.map(str.lower), VALUE, max_size=6), st.booleans())
+def test_a_bearer_challenges_parameters_read_back_whatever_their_quoted_text_says(
+    params: dict[str, str], other_scheme_first: bool
 ) -> None:
-    try:
-        response = challenge(403, header)
-    except (UnicodeEncodeError, ValueError):  # not a header httpx would have received
-        return
-    named = short_of_scope(response)
-    assert named is None or isinstance(named, str)
-    scope_tokens(named or "")
+    """Values hold commas, `=`, quotes, backslashes and `scope=...` of their own: each is
+    read as the parameter it belongs to."""
+    text = ", ".join(f"{name}={quoted(value)}" for name, value in params.items())
+    header = ('Basic realm="x, y", ' if other_scheme_first else "") + f"Bearer {text}"
+    assert bearer_params(header) == params
+
+
+def test_a_scope_mentioned_in_another_parameter_is_not_the_scope() -> None:
+    header = 'Bearer error="insufficient_scope", error_description="needs scope=admin:org"'
+    assert short_of_scope(challenge(403, header)) == ""
+    assert short_of_scope(challenge(403, header + ', scope="files:read"')) == "files:read"
+    assert bearer_params("Bearer error=insufficient_scope, scope=a") == {
+        "error": "insufficient_scope",
+        "scope": "a",
+    }
+
+
+@given(st.text(max_size=2000))
+def test_any_www_authenticate_header_reads_as_parameters_never_an_error(header: str) -> None:
+    params = bearer_params(header)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in params.items())
+    assert all(len(v) <= MAX_CHALLENGE_CHARS for v in params.values())
+    scope_tokens(params.get("scope", ""))
+
+
+def post(status: int, body: dict[str, object], header: str | None = None) -> httpx2.Response:
+    request = httpx2.Request("POST", "http://mcp.example/mcp", json=body)
+    headers = {"WWW-Authenticate": header} if header else {}
+    return httpx2.Response(status, headers=headers, request=request)
+
+
+CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "note"}}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+SHORT = 'Bearer error="insufficient_scope", scope="admin"'
+
+
+def answers(*responses: httpx2.Response) -> BearerAnswers:
+    said = BearerAnswers()
+    for response in responses:
+        asyncio.run(said.seen(response))
+    return said
+
+
+def test_only_a_refusal_before_the_call_was_answered_says_the_call_did_not_run() -> None:
+    # refused at the handshake, or the call itself refused: nothing ran
+    assert answers(post(403, INIT, SHORT)).short_of == "admin"
+    assert answers(post(200, INIT), post(403, CALL, SHORT)).short_of == "admin"
+    assert answers(post(200, INIT), post(401, CALL)).refused
+    # the call was answered (a proxy's 500 after the tool ran, say): what comes after, on
+    # the session's other requests or its close, says nothing about it
+    closing = httpx2.Response(
+        403,
+        headers={"WWW-Authenticate": SHORT},
+        request=httpx2.Request("DELETE", "http://mcp.example/mcp"),
+    )
+    late = answers(post(200, INIT), post(500, CALL), post(401, INIT), closing)
+    assert late.answered and not late.refused and late.short_of is None
+    stream = httpx2.Response(401, request=httpx2.Request("GET", "http://mcp.example/mcp"))
+    assert not answers(post(200, INIT), stream).refused

@@ -83,17 +83,27 @@ class NeedsMoreAccess(NotConnected):
     does not give (an MCP server's HTTP 403 `insufficient_scope`, RFC 6750): nothing ran.
     `scopes` are what the service asked for, as far as it said (`scope_tokens`); the person
     is offered to connect again asking for them too (the "step-up" of the MCP
-    authorization spec), and keeps the access they had meanwhile."""
+    authorization spec), and keeps the access they had meanwhile. A service that names no
+    scope is a plain tool error: connecting again would ask for what the person has."""
 
     def __init__(self, provider: str, label: str = "", scope: str = "") -> None:
         self.provider = provider
         self.label = label or provider
         self.scopes = scope_tokens(scope)
-        wanted = f" ({bounded(' '.join(self.scopes), 300)})" if self.scopes else ""
+        if not self.scopes:  # nothing to ask for: connecting again would give the same
+            ToolError.__init__(
+                self,
+                f"Not run: the person asking has connected their {self.label} account, but "
+                "the service refused this call for want of access it did not name, so "
+                "connecting again would not help. Tell them; whoever runs the service "
+                "decides what the connection may do. Do not try another way around it.",
+            )
+            return
+        wanted = bounded(" ".join(self.scopes), 300)
         ToolError.__init__(
             self,
             f"Not run: the person asking has connected their {self.label} account, but it "
-            f"does not give the access this call needs{wanted}. They have been offered to "
+            f"does not give the access this call needs ({wanted}). They have been offered to "
             "connect again with more access; tell them to, then ask again. Do not try another "
             "way around it.",
         )

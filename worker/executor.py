@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import redis
 import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus, LedgerState
@@ -78,8 +79,6 @@ def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation
         return
     provider, more = observation.needs_connection, observation.more_access
     label = rt.connections.label(provider) if rt.connections is not None else provider
-    if more and rt.connections is not None:  # the next Connect asks for them too
-        rt.connections.store.want(run.requester.team_id, run.requester.user_id, provider, more)
     extra = {"more_access": list(more)} if more else {}
     rt.events.append(
         run.id,
@@ -89,6 +88,11 @@ def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation
         provider=provider,
         **extra,
     )
+    if more and rt.connections is not None:  # the next Connect asks for them too
+        try:
+            rt.connections.store.want(run.requester.team_id, run.requester.user_id, provider, more)
+        except redis.RedisError:  # the offer still goes out, asking for what it can
+            log.warning("connection_want_not_kept", run_id=run.id, provider=provider)
     rt.surface(run).connect_needed(run, provider, label, more)
 
 

@@ -178,11 +178,14 @@ def approval_covered(event: Event, offset: str) -> str:
 
 def connection_needed(event: Event, offset: str) -> str:
     d = event.data
-    return m.EVENT_CONNECT_NEEDED.format(
-        offset=offset,
-        tool=escape(str(d.get("tool", ""))),
-        provider=escape(str(d.get("provider", ""))),
-    )
+    tool, provider = escape(str(d.get("tool", ""))), escape(str(d.get("provider", "")))
+    more = d.get("more_access")
+    if isinstance(more, list) and more:
+        scopes = code(cut(" ".join(map(str, more)), 200))
+        return m.EVENT_MORE_ACCESS.format(
+            offset=offset, tool=tool, provider=provider, scopes=scopes
+        )
+    return m.EVENT_CONNECT_NEEDED.format(offset=offset, tool=tool, provider=provider)
 
 
 def approval_expired(event: Event, offset: str) -> str:

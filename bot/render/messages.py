@@ -321,6 +321,10 @@ EVENT_GRANTED = (
 EVENT_CONNECT_NEEDED = (
     "`+{offset}` *{tool}* not run: {provider} acts as the person asking, who has not connected it"
 )
+EVENT_MORE_ACCESS = (
+    "`+{offset}` *{tool}* not run: {provider} acts as the person asking, whose connection "
+    "does not give {scopes}"
+)
 EVENT_COVERED = "`+{offset}` *{tool}* {args} approved by {user}'s standing grant {grant_id}"
 EVENT_EDITED = " (with edits: {changes})"
 EVENT_INSTRUCTIONS = " (told the agent: {text})"

@@ -14,8 +14,9 @@ sign-in, e.g. the operator's token a per-user server's tools are listed with.
 
 With `scopes` (`OAuthMcpServer(scopes={"payroll": "payroll"})`), the server also has a read
 tool of each name that needs that scope: a call whose token lacks it is answered HTTP 403
-`insufficient_scope` naming the scope (RFC 6750; the MCP spec's step-up), before the MCP
-server sees it (`ScopeGate`), and clients are registered with those scopes and `people`.
+`insufficient_scope` naming the scope (RFC 6750; the MCP spec's step-up; not naming it with
+`names_scope=False`), before the MCP server sees it (`ScopeGate`), and clients are
+registered with those scopes and `people`.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 @dataclass
 class People:
     """The provider: in-memory clients, codes and tokens; `access_seconds` is how long an
-    access token lives (tests shorten it to see a refresh)."""
+    access token lives (tests shorten it to see a refresh); without `names_scope`, a token
+    answer leaves `scope` out (RFC 6749 5.1 allows it when what was asked was granted)."""
 
     base: str
     access_seconds: int = 3600
+    names_scope: bool = True
     clients: dict[str, OAuthClientInformationFull] = field(default_factory=dict)
     waiting: dict[str, tuple[str, AuthorizationParams]] = field(default_factory=dict)
     codes: dict[str, AuthorizationCode] = field(default_factory=dict)
@@ -161,7 +164,7 @@ class People:
             access_token=access,
             expires_in=self.access_seconds,
             refresh_token=refresh,
-            scope=" ".join(scopes) or None,
+            scope=(" ".join(scopes) or None) if self.names_scope else None,
         )
 
     def _drop(self, refresh: str) -> None:
@@ -188,10 +191,13 @@ class People:
 class ScopeGate:
     """ASGI, in front of the MCP app: a `tools/call` of a tool in `needs` whose bearer token
     lacks the tool's scope is answered 403 with `WWW-Authenticate: Bearer
-    error="insufficient_scope", scope="..."`; everything else passes as it came."""
+    error="insufficient_scope", scope="..."` (without the scope unless `names`); everything
+    else passes as it came."""
 
-    def __init__(self, app: Any, people: People, needs: dict[str, str]) -> None:
-        self.app, self.people, self.needs = app, people, needs
+    def __init__(
+        self, app: Any, people: People, needs: dict[str, str], *, names: bool = True
+    ) -> None:
+        self.app, self.people, self.needs, self.names = app, people, needs, names
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -207,7 +213,9 @@ class ScopeGate:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         token = self.people.access.get(headers.get("authorization", "").removeprefix("Bearer "))
         if needed and token is not None and needed not in token.scopes:
-            challenge = f'Bearer error="insufficient_scope", scope="{needed}"'
+            challenge = 'Bearer error="insufficient_scope"'
+            if self.names:
+                challenge += f', scope="{needed}"'
             await send(
                 {
                     "type": "http.response.start",
@@ -239,7 +247,7 @@ class OAuthMcpServer:
     """The authorization server and the MCP server it protects, on one free local port,
     served by uvicorn in a thread of the test process."""
 
-    def __init__(self, scopes: dict[str, str] | None = None) -> None:
+    def __init__(self, scopes: dict[str, str] | None = None, *, names_scope: bool = True) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         port = self.sock.getsockname()[1]
@@ -305,7 +313,7 @@ class OAuthMcpServer:
 
         app: Any = server.streamable_http_app()
         if scopes:
-            app = ScopeGate(app, self.people, scopes)
+            app = ScopeGate(app, self.people, scopes, names=names_scope)
         self.uvicorn = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self.thread = threading.Thread(
             target=self.uvicorn.run, kwargs={"sockets": [self.sock]}, daemon=True

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from typing import Any
 
 import httpx2
 import structlog
 from mcp import Client, MCPError, StdioServerParameters, types
-from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
@@ -68,14 +68,81 @@ class InsufficientScope(Exception):
         self.scope = scope
 
 
+MAX_CHALLENGE_CHARS = 8_000  # of a WWW-Authenticate header read
+_AUTH_PARAM = re.compile(
+    r"[ \t]*([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*=[ \t]*"  # name =
+    r"""("(?:[^"\\]|\\.)*"|[^ \t,"]*)[ \t]*(?:,|$)"""  # "quoted" or token, then , or the end
+)
+_BEARER = re.compile(r"(?:^|[ \t,])Bearer(?:[ \t]+|$)", re.IGNORECASE)
+
+
+def bearer_params(header: str) -> dict[str, str]:
+    """The parameters of the Bearer challenge in a WWW-Authenticate value (RFC 7235
+    auth-params: `name=token` or `name="quoted string"`, comma-separated), names in lower
+    case, the first of each kept; {} without a Bearer challenge. Read in order, so a
+    `scope=` inside another parameter's quoted text is that text, not the scope."""
+    header = header[:MAX_CHALLENGE_CHARS]
+    found = _BEARER.search(header)
+    params: dict[str, str] = {}
+    if found is None:
+        return params
+    at = found.end()
+    while at < len(header):
+        param = _AUTH_PARAM.match(header, at)
+        if param is None or param.end() == at:
+            break  # another scheme's challenge, or what is not an auth-param
+        name, value = param.group(1).lower(), param.group(2)
+        if value.startswith('"'):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        params.setdefault(name, value)
+        at = param.end()
+    return params
+
+
 def short_of_scope(response: httpx2.Response) -> str | None:
     """For a 403 whose WWW-Authenticate says `insufficient_scope`: the `scope` it names ("" if
     none); else None."""
     if response.status_code != 403:
         return None
-    if extract_field_from_www_auth(response, "error") != "insufficient_scope":
+    params = bearer_params(response.headers.get("WWW-Authenticate", ""))
+    if params.get("error") != "insufficient_scope":
         return None
-    return extract_scope_from_www_auth(response) or ""
+    return params.get("scope", "")
+
+
+class BearerAnswers:
+    """What a per-user server's bearer check answered a call's session, as its responses
+    come (`seen`, the HTTP client's response hook): a 401 (`refused`) or a 403
+    `insufficient_scope` (`short_of`, the scope it named) to the MCP messages (POSTs) sent
+    before the `tools/call` itself was answered otherwise. Once it was, or on the session's
+    other requests (the GET stream, the DELETE that closes it), such an answer cannot mean
+    the call did not run, and counts for nothing."""
+
+    def __init__(self) -> None:
+        self.refused = False
+        self.short_of: str | None = None
+        self.answered = False  # the tools/call had an answer other than 401/403
+
+    async def seen(self, response: httpx2.Response) -> None:
+        request = response.request
+        if self.answered or request.method != "POST":
+            return
+        if response.status_code == 401:
+            self.refused = True
+            return
+        named = short_of_scope(response)
+        if named is not None:
+            self.short_of = named if self.short_of is None else self.short_of
+        elif _is_call(request):
+            self.answered = True
+
+
+def _is_call(request: httpx2.Request) -> bool:
+    try:
+        body = request.content
+    except httpx2.RequestNotRead:
+        return True  # not known: taken as the call, so nothing after it counts
+    return b'"tools/call"' in body
 
 
 class Connection:
@@ -296,15 +363,7 @@ class Connection:
         raise AssertionError("unreachable")
 
     async def _once_as(self, call: _Call, bearer: str) -> types.CallToolResult:
-        refused = False
-        short_of: str | None = None  # the scope a 403 insufficient_scope named
-
-        async def seen(response: httpx2.Response) -> None:
-            nonlocal refused, short_of
-            refused = refused or response.status_code == 401
-            if short_of is None:
-                short_of = short_of_scope(response)
-
+        said = BearerAnswers()
         # What the call came to, kept as a value: raised inside the session's task group, it
         # would come out wrapped in exception groups.
         outcome: types.CallToolResult | Exception | None = None
@@ -314,7 +373,7 @@ class Connection:
                 http = httpx2.AsyncClient(
                     headers={"Authorization": f"Bearer {bearer}"},
                     timeout=HTTP_TIMEOUT,
-                    event_hooks={"response": [seen]},
+                    event_hooks={"response": [said.seen]},
                 )
                 await stack.enter_async_context(http)
                 transport = streamable_http_client(str(self.config.url), http_client=http)
@@ -332,12 +391,12 @@ class Connection:
                 outcome = error
         if isinstance(outcome, types.CallToolResult):
             return outcome  # whatever answered 401 afterwards (closing) changes nothing
-        if refused:  # the server's bearer check refused it: no tool ran
+        if said.refused:  # the server's bearer check refused it: no tool ran
             log.info("mcp_token_refused", server=self.config.key, tool=call.tool_name)
             raise Unauthorized(self.config.key)
-        if short_of is not None:  # ... or found it short of a scope: no tool ran either
+        if said.short_of is not None:  # ... or found it short of a scope: nor then
             log.info("mcp_token_short_of_scope", server=self.config.key, tool=call.tool_name)
-            raise InsufficientScope(self.config.key, short_of)
+            raise InsufficientScope(self.config.key, said.short_of)
         if isinstance(outcome, ToolError | _Lost):
             raise outcome
         if outcome is None:

@@ -101,9 +101,16 @@ def authorization_url(provider: Provider, redirect_uri: str, state: str, challen
 
 
 def exchange(
-    provider: Provider, http: httpx2.Client, code: str, verifier: str, redirect_uri: str
+    provider: Provider,
+    http: httpx2.Client,
+    code: str,
+    verifier: str,
+    redirect_uri: str,
+    requested: str = "",
 ) -> Grant:
-    """The tokens for an authorization code."""
+    """The tokens for an authorization code. `requested`: the scopes the authorization URL
+    asked for, which are the grant's when the answer names none (RFC 6749 5.1: it may leave
+    `scope` out when it granted what was asked)."""
     form = {
         "grant_type": "authorization_code",
         "code": code,
@@ -111,7 +118,7 @@ def exchange(
         "code_verifier": verifier,
     }
     grant = _grant(provider, _token_request(provider, http, form), previous=None)
-    return replace(grant, redirect_uri=redirect_uri)
+    return replace(grant, redirect_uri=redirect_uri, scope=grant.scope or requested)
 
 
 def refresh(provider: Provider, http: httpx2.Client, grant: Grant) -> Grant:

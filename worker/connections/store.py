@@ -32,6 +32,7 @@ PENDING_SECONDS = 600  # a finished flow must be confirmed in Slack within this
 MAX_CONFIRM_ATTEMPTS = 5  # wrong finishing codes a person may enter per PENDING_SECONDS
 MAX_VALUE_CHARS = 64_000  # a provider's token response, bounded before it is stored
 WANTED_SECONDS = 86_400  # scopes a service asked for are asked for by Connect within this
+MAX_WANTED_CHARS = 1_000  # of them together (a Slack button's URL holds 3,000 characters)
 
 
 class KeysMissing(ValueError):
@@ -71,6 +72,7 @@ class Flow:
     verifier: str = field(repr=False)
     redirect_uri: str
     expires_at: float
+    scopes: str = ""  # what the authorization URL asked for (a grant given no scope has them)
 
 
 @dataclass(frozen=True)
@@ -167,9 +169,11 @@ class ConnectionStore:
                 return False
 
     def delete(self, team: str, user: str, provider: str) -> Grant | None:
-        """Drop one grant; return what it was (to revoke it at the provider)."""
+        """Drop one grant (and any more access wanted for it); return what it was (to
+        revoke it at the provider)."""
         raw = self.redis.getdel(self.keys.connection(team, user, provider))
         self.redis.srem(self.keys.connections_of(team, user), provider)
+        self.unwant(team, user, provider)
         value = self._open(raw)
         return _grant(value) if value is not None else None
 
@@ -253,8 +257,13 @@ class ConnectionStore:
     # -- more access a service asked for (step-up) ------------------------------------------
     def want(self, team: str, user: str, provider: str, scopes: Sequence[str]) -> None:
         """A service refused a call for want of `scopes`: the person's next Connect for
-        `provider` asks for them too (with those wanted before, for WANTED_SECONDS)."""
-        merged = scope_tokens(" ".join([*self.wanted(team, user, provider), *scopes]))
+        `provider` asks for them too (with those wanted before, for WANTED_SECONDS; at most
+        MAX_WANTED_CHARS of them, so the Connect link stays a link Slack shows)."""
+        merged: list[str] = []
+        for scope in scope_tokens(" ".join([*self.wanted(team, user, provider), *scopes])):
+            if sum(len(s) + 1 for s in merged) + len(scope) > MAX_WANTED_CHARS:
+                break
+            merged.append(scope)
         self.redis.set(
             self.keys.oauth_wanted(team, user, provider),
             self._seal({"scopes": list(merged)}),

@@ -98,10 +98,10 @@ def connect_url(
     rt: Runtime, team: str, user: str, provider: str, *, callback: str | None = None
 ) -> str:
     """Start connecting `user`'s account for `provider`; the URL to open in a browser.
-    `callback`: another redirect URI (the console's local port). When a service asked the
-    person's connection for more access (`ConnectionStore.want`), the URL asks for it too,
-    with what was asked for before and what the held grant gives (connecting again does not
-    lose access another tool uses: the MCP authorization spec's step-up)."""
+    `callback`: another redirect URI (the console's local port). The URL asks for the
+    configured scopes, those the person's connection gives, if they have one (connecting
+    again loses no access another tool uses), and those a service asked their connection
+    for (`ConnectionStore.want`: the MCP authorization spec's step-up)."""
     connections = _connections(rt)
     back = callback or redirect_uri(rt)
     try:
@@ -112,11 +112,14 @@ def connect_url(
         raise ConnectRefused(
             f"{connections.label(provider)} cannot be reached now ({down})."
         ) from None
-    wanted = connections.store.wanted(team, user, provider)
-    if wanted:  # step-up: what was asked for before and is held, and what the service wants
-        held = connections.store.get(team, user, provider)
-        had = held.scope if held is not None else ""
-        found = replace(found, scopes=scope_tokens(" ".join([*found.scopes, had, *wanted])))
+    # what is configured, what the person's connection gives (connecting again loses no
+    # access another tool uses), and what a service asked it for (step-up)
+    held = connections.store.get(team, user, provider)
+    asked = [*found.scopes, held.scope if held is not None else ""]
+    found = replace(
+        found,
+        scopes=scope_tokens(" ".join([*asked, *connections.store.wanted(team, user, provider)])),
+    )
     state = secrets.token_urlsafe(32)
     challenge = oauth.pkce()
     connections.store.start(
@@ -128,6 +131,7 @@ def connect_url(
             verifier=challenge.code_verifier,
             redirect_uri=back,
             expires_at=time.time() + FLOW_SECONDS,
+            scopes=" ".join(found.scopes),
         ),
     )
     return oauth.authorization_url(found, back, state, challenge.code_challenge)
@@ -156,7 +160,9 @@ def complete(
         raise ConnectRefused(f"{label} sent no authorization code. Nothing was changed.")
     try:
         provider = connections.provider(flow.provider, flow.redirect_uri)
-        grant = oauth.exchange(provider, connections.http, code, flow.verifier, flow.redirect_uri)
+        grant = oauth.exchange(
+            provider, connections.http, code, flow.verifier, flow.redirect_uri, flow.scopes
+        )
     except ProviderRefused as refused:
         raise ConnectRefused(
             f"{label} refused to connect your account ({refused.error}). Nothing was changed; "
