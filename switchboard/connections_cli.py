@@ -8,10 +8,12 @@ import argparse
 import time
 from typing import Any
 
+from switchboard import errors
 from switchboard.errors import CliError
 from switchboard.settings import Config
 from switchboard.verbs import help_of
 from switchboard.wiring import open_runtime
+from worker.connections.store import FLOW_SECONDS, PENDING_SECONDS
 from worker.service import connections
 
 
@@ -67,16 +69,39 @@ def cmd_rekey(config: Config, args: argparse.Namespace) -> int:
     rt = open_runtime(config)
     if rt.connections is None:
         raise CliError("connections are not set up here: SWITCHBOARD_CONNECTION_KEYS is unset")
+    where = errors.redact_url(config.redis_url) if config.redis_url else "the embedded Redis"
+    print(f"Redis: {where}")
     done = rt.connections.store.rekey()
     print(
         f"rewrote {done.grants} connection(s) and {done.clients} registered client(s) with "
         "the first key of SWITCHBOARD_CONNECTION_KEYS"
     )
-    if done.unreadable:
+    fine = True
+    if done.grants + done.clients + done.unreadable_grants + done.unreadable_clients == 0:
         print(
-            f"{done.unreadable} value(s) open with none of the configured keys (sealed with a "
-            "key already removed): left as they are; those people connect again"
+            "found no connection here: if people have connected, this is not the deployment's "
+            "Redis (REDIS_URL); keep the old keys"
         )
-        return 1
-    print("the other keys may now be removed")
-    return 0
+        fine = False
+    if done.busy:
+        print(f"{done.busy} connection(s) were being refreshed throughout: run rekey again")
+        fine = False
+    if done.unreadable_grants:
+        print(
+            f"{done.unreadable_grants} connection(s) open with none of the configured keys "
+            "(sealed with a key already removed): left as they are; those people connect again"
+        )
+        fine = False
+    if done.unreadable_clients:
+        print(
+            f"{done.unreadable_clients} registered client(s) open with none of the configured "
+            "keys: every connection to that MCP server fails at its next refresh; put the "
+            "removed key back and run rekey again"
+        )
+        fine = False
+    if fine:
+        print(
+            "the other keys may be removed once connects started before now have finished "
+            f"(give it {max(FLOW_SECONDS, PENDING_SECONDS) // 60} minutes)"
+        )
+    return 0 if fine else 1

@@ -4,6 +4,7 @@ verifier, refresh, revocation, and tokens that never sit in Redis in plain text.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from urllib.parse import parse_qs, urlparse
 
@@ -241,6 +242,73 @@ def test_a_console_connect_on_its_own_port_leaves_everyone_elses_connection_work
     assert len(provider_server.people.clients) == registrations + 1
 
 
+# What the previous release reads with `Grant(**value)`, `Flow(**value)` and
+# `Pending(**value)`, each refusing any other field: they share Redis with this one during a
+# rolling upgrade, and after a rollback.
+PREVIOUS_GRANT = {"provider", "access_token", "refresh_token", "expires_at", "scope"}
+PREVIOUS_GRANT |= {"connected_at"}
+PREVIOUS_FLOW = {"team", "user", "provider", "verifier", "redirect_uri", "expires_at"}
+PREVIOUS_PENDING = {"team", "user", "provider", "grant", "expires_at"}
+
+
+def sealed(rt: Runtime, pattern: str) -> list[dict[str, object]]:
+    assert rt.connections is not None
+    store = rt.connections.store
+    found = []
+    for key in rt.redis.scan_iter(match=store.keys.ns + pattern):
+        if not key.endswith(b":issuer") and not key.endswith(b":refreshing"):
+            value = store._open(rt.redis.get(key))
+            assert value is not None, key
+            found.append(value)
+    return found
+
+
+def test_what_is_stored_is_what_the_previous_release_reads_and_more_is_read_past(
+    redis_conn: redis.Redis, provider_server: OAuthMcpServer
+) -> None:
+    keys = [Fernet.generate_key().decode()]
+    rt = connected_runtime(redis_conn, provider_server, keys)
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)  # a grant
+    connect(rt, "UBOB")  # held, not confirmed
+    service.connect_url(rt, TEAM, "UCAROL", "mcp:people")  # started only
+    service.connect_url(rt, TEAM, "ULOCAL", "mcp:people", callback="http://127.0.0.1:1/cb")
+    assert rt.connections is not None
+    rt.connections.store.want(TEAM, "UALICE", "mcp:people", ["more"])
+    grants, flows, held = (sealed(rt, p) for p in ("conn:*", "oauth:flow:*", "oauth:pending:*"))
+    assert len(grants) == 1 and len(flows) == 2 and len(held) == 1
+    assert all(set(g) == PREVIOUS_GRANT for g in grants)
+    assert all(set(f) == PREVIOUS_FLOW for f in flows)
+    assert all(set(p) == PREVIOUS_PENDING for p in held)
+    assert all(isinstance(p["grant"], dict) and set(p["grant"]) == PREVIOUS_GRANT for p in held)
+    # a later release's value, with a field this one does not know, is read all the same
+    store = rt.connections.store
+    grant = store.get(TEAM, "UALICE", "mcp:people")
+    assert grant is not None
+    later = {**dataclasses.asdict(grant), "added_later": 1}
+    rt.redis.set(store.keys.connection(TEAM, "UALICE", "mcp:people"), store._seal(later))
+    assert store.get(TEAM, "UALICE", "mcp:people") == grant
+
+
+def test_rekey_leaves_a_grant_being_refreshed_and_two_registrations_at_once_keep_the_first(
+    redis_conn: redis.Redis, provider_server: OAuthMcpServer
+) -> None:
+    rt = connected_runtime(redis_conn, provider_server)
+    service.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
+    assert rt.connections is not None
+    store = rt.connections.store
+    with store.refresh_lock(TEAM, "UALICE", "mcp:people", 5):  # a refresh in progress
+        done = store.rekey(wait=0.1)
+    assert (done.grants, done.unreadable_grants, done.busy) == (0, 0, 1)  # its lock: not a grant
+    assert store.rekey(wait=0.1).grants == 1
+    # two processes register for one redirect URI at once: the one stored first stands
+    raw, _ = store.client("mcp:test", "")
+    assert raw is None
+    first, second = {"client_id": "first"}, {"client_id": "second"}
+    assert store.put_client("mcp:test", "", first, raw) == first
+    assert store.put_client("mcp:test", "", second, raw) == first
+    assert store.client("mcp:test", "")[1] == first
+
+
 def test_disconnect_revokes_at_the_provider_and_uninstall_drops_every_grant(
     rt: Runtime, provider_server: OAuthMcpServer
 ) -> None:
@@ -280,7 +348,7 @@ def test_tokens_are_never_in_redis_in_plain_text_and_keys_rotate(
     token = service.token_for(rotated, TEAM, "UALICE", "mcp:people")
     assert rotated.connections is not None
     done = rotated.connections.store.rekey()
-    assert (done.grants, done.clients, done.unreadable) == (1, 1, 0)
+    assert (done.grants, done.clients, done.unreadable_grants, done.busy) == (1, 1, 0, 0)
     only_new = connected_runtime(redis_conn, provider_server, [new])
     assert service.token_for(only_new, TEAM, "UALICE", "mcp:people") == token
     # the client the server registered us as was rewritten too: her grant still refreshes
@@ -428,7 +496,7 @@ def test_the_cli_rekeys_every_connection_and_says_when_a_removed_key_leaves_some
     assert main(["connections", "rekey"]) == 0
     said = capsys.readouterr().out
     assert "rewrote 1 connection(s) and 1 registered client(s)" in said
-    assert "the other keys may now be removed" in said
+    assert "the other keys may be removed once connects started before now have finished" in said
     only_new = connected_runtime(redis_conn, provider_server, [new])
     assert [c.provider for c in service.listing(only_new, TEAM, "UALICE")] == ["mcp:people"]
     # a grant sealed with a key that was removed before rekey ran: said, and exit 1

@@ -354,7 +354,7 @@ def test_a_second_step_up_keeps_the_first_when_the_provider_names_no_scope_in_it
         rt = build(write_config(tmp_path / "mcp.yaml", {"people": entry}))
         connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
         model_server.route(GO_ON.format(label="People"), ["Done."])  # the continuations
-        for tool, asked in (("payroll", "people payroll"), ("benefits", "people payroll benefits")):
+        for tool, asked in (("payroll", "people payroll"), ("benefits", "people benefits payroll")):
             model_server.route(f"my {tool}", [Turn(tool_calls=[(f"people_{tool}", {})]), "Later."])
             ask(rt, f"what is my {tool}?")
             url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
@@ -364,7 +364,7 @@ def test_a_second_step_up_keeps_the_first_when_the_provider_names_no_scope_in_it
             [held] = connections.listing(rt, TEAM, "UALICE")
             assert held.scope == asked
         held_token = server.people.access[connections.token_for(rt, TEAM, "UALICE", "mcp:people")]
-        assert held_token.scopes == ["people", "payroll", "benefits"]  # at the provider too
+        assert sorted(held_token.scopes) == ["benefits", "payroll", "people"]  # at the provider too
     finally:
         server.stop()
 

@@ -99,8 +99,16 @@ def test_a_scope_mentioned_in_another_parameter_is_not_the_scope() -> None:
 def test_any_www_authenticate_header_reads_as_parameters_never_an_error(header: str) -> None:
     params = bearer_params(header)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in params.items())
-    assert all(len(v) <= MAX_CHALLENGE_CHARS for v in params.values())
-    scope_tokens(params.get("scope", ""))
+    assert all(k == k.lower() and f"{k}=" in header.lower() for k in params)
+
+
+def test_only_the_first_characters_of_a_header_are_read() -> None:
+    padding = "Basic realm=" + "x" * MAX_CHALLENGE_CHARS
+    assert bearer_params("Bearer scope=early, realm=" + "x" * MAX_CHALLENGE_CHARS) == {
+        "scope": "early",
+        "realm": "x" * (MAX_CHALLENGE_CHARS - len("Bearer scope=early, realm=")),
+    }
+    assert bearer_params(padding + ", Bearer scope=late") == {}
 
 
 def post(status: int, body: dict[str, object], header: str | None = None) -> httpx2.Response:
@@ -137,3 +145,11 @@ def test_only_a_refusal_before_the_call_was_answered_says_the_call_did_not_run()
     assert late.answered and not late.refused and late.short_of is None
     stream = httpx2.Response(401, request=httpx2.Request("GET", "http://mcp.example/mcp"))
     assert not answers(post(200, INIT), stream).refused
+    # a redirect (/mcp/ -> /mcp, followed by the SDK) answers nothing: the refusal after it
+    # is the call's
+    moved = httpx2.Response(
+        307,
+        headers={"Location": "/mcp"},
+        request=httpx2.Request("POST", "http://mcp.example/mcp/", json=CALL),
+    )
+    assert answers(post(200, INIT), moved, post(403, CALL, SHORT)).short_of == "admin"

@@ -113,6 +113,11 @@ class Keys(ApprovalKeys):
         """String: one person's grant for one provider, encrypted."""
         return f"{self.ns}conn:{team}:{user}:{provider}"
 
+    def connection_issuer(self, team: str, user: str, provider: str) -> str:
+        """String: the redirect URI a person's grant was issued through, when it is not the
+        public callback (the client registered for it alone may refresh the grant)."""
+        return f"{self.ns}conn-issuer:{team}:{user}:{provider}"
+
     def connections_of(self, team: str, user: str) -> str:
         """Set: the providers a person has connected."""
         return f"{self.ns}conns:{team}:{user}"
@@ -143,9 +148,9 @@ class Keys(ApprovalKeys):
         return f"{self.ns}run:{run_id}:resumed"
 
     def oauth_client(self, provider: str, redirect_digest: str = "") -> str:
-        """String: the client an MCP server's authorization server registered us as, for one
-        redirect URI (by its digest), encrypted; without one, where a registration made
-        before clients were kept per redirect URI is."""
+        """String: the client an MCP server's authorization server registered us as,
+        encrypted: for the public callback (the key every release has used), or for another
+        redirect URI (the console's loopback one), by its digest."""
         if not redirect_digest:
             return f"{self.ns}oauth:client:{provider}"
         return f"{self.ns}oauth:client:{provider}:{redirect_digest}"

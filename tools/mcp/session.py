@@ -125,8 +125,8 @@ class BearerAnswers:
 
     async def seen(self, response: httpx2.Response) -> None:
         request = response.request
-        if self.answered or request.method != "POST":
-            return
+        if self.answered or request.method != "POST" or response.is_redirect:
+            return  # a redirect (the SDK follows it within the origin) answers nothing
         if response.status_code == 401:
             self.refused = True
             return

@@ -118,7 +118,7 @@ def exchange(
         "code_verifier": verifier,
     }
     grant = _grant(provider, _token_request(provider, http, form), previous=None)
-    return replace(grant, redirect_uri=redirect_uri, scope=grant.scope or requested)
+    return replace(grant, scope=grant.scope or requested)
 
 
 def refresh(provider: Provider, http: httpx2.Client, grant: Grant) -> Grant:
@@ -209,7 +209,6 @@ def _grant(provider: Provider, token: OAuthToken, previous: Grant | None) -> Gra
         refresh_token=token.refresh_token or previous.refresh_token,
         connected_at=previous.connected_at,
         scope=token.scope or previous.scope,
-        redirect_uri=previous.redirect_uri,
     )
 
 

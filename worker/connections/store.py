@@ -10,19 +10,27 @@ A flow (started by `connect`, finished at the provider's callback) and a pending
 (finished, waiting for the person to confirm it in Slack) are short-lived keys with a TTL,
 each taken at most once with GETDEL, so a replayed `state` or finishing code finds nothing.
 Their keys are digests of the secret, never the secret itself.
+
+Compatibility: the previous release reads these values with `Grant(**value)` (and so for
+flows and pending grants), which refuses a field it does not know, and it shares Redis with
+this one during a rolling upgrade and after a rollback. So no field is added to them: what
+more a grant needs (the redirect URI it was issued through) is a key of its own beside it,
+and this release reads only the fields it knows, so the next one may add some.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import redis
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from redis.exceptions import LockError
 
 from tools.exceptions import scope_tokens
 from worker.keys import Keys
@@ -30,9 +38,22 @@ from worker.keys import Keys
 FLOW_SECONDS = 600  # a started flow must reach the callback within this
 PENDING_SECONDS = 600  # a finished flow must be confirmed in Slack within this
 MAX_CONFIRM_ATTEMPTS = 5  # wrong finishing codes a person may enter per PENDING_SECONDS
+REKEY_LOCK = 15.0  # seconds rekey waits for (and holds) a grant's refresh lock
 MAX_VALUE_CHARS = 64_000  # a provider's token response, bounded before it is stored
 WANTED_SECONDS = 86_400  # scopes a service asked for are asked for by Connect within this
 MAX_WANTED_CHARS = 1_000  # of them together (a Slack button's URL holds 3,000 characters)
+
+
+# KEYS: a value.  ARGV: what it was read as ('' = absent), what to write instead.
+# 1: written; 0: it changed since it was read (nothing written).
+_SWAP = """
+local now = redis.call('GET', KEYS[1])
+if (now == false and ARGV[1] == '') or now == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  return 1
+end
+return 0
+"""
 
 
 class KeysMissing(ValueError):
@@ -53,10 +74,6 @@ class Grant:
     expires_at: float | None = None  # epoch seconds; None: the provider gave no expiry
     scope: str = ""
     connected_at: float = 0.0
-    # The redirect URI the person connected through: an MCP server's own OAuth registers a
-    # client per redirect URI, and only the client a grant was issued to may refresh or
-    # revoke it. "": the public callback (grants stored before this was kept).
-    redirect_uri: str = ""
 
     def expired(self, now: float, margin: float = 60.0) -> bool:
         return self.expires_at is not None and self.expires_at - margin <= now
@@ -72,7 +89,6 @@ class Flow:
     verifier: str = field(repr=False)
     redirect_uri: str
     expires_at: float
-    scopes: str = ""  # what the authorization URL asked for (a grant given no scope has them)
 
 
 @dataclass(frozen=True)
@@ -110,12 +126,15 @@ def fernet_of(keys: Sequence[str]) -> MultiFernet:
 
 @dataclass(frozen=True)
 class Rekeyed:
-    """What `rekey` rewrote, and how many values none of the configured keys opens (sealed
-    with a key already removed: they cannot be read, and are left as they are)."""
+    """What `rekey` rewrote; how many values none of the configured keys opens (sealed with
+    a key already removed: they cannot be read, and are left as they are); and how many
+    grants were being refreshed throughout (not rewritten: run it again)."""
 
     grants: int
     clients: int
-    unreadable: int
+    unreadable_grants: int
+    unreadable_clients: int
+    busy: int
 
 
 class ConnectionStore:
@@ -123,6 +142,7 @@ class ConnectionStore:
         self.redis = conn
         self.keys = Keys(namespace)
         self.fernet = fernet_of(keys)
+        self._swap = conn.register_script(_SWAP)
 
     # -- sealing ---------------------------------------------------------------------------
     def _seal(self, value: dict[str, Any]) -> bytes:
@@ -139,13 +159,25 @@ class ConnectionStore:
         return value if isinstance(value, dict) else None
 
     # -- grants ----------------------------------------------------------------------------
-    def put(self, team: str, user: str, grant: Grant) -> None:
+    def put(self, team: str, user: str, grant: Grant, issuer: str | None = None) -> None:
+        """Store a grant; `issuer`: the redirect URI it was issued through when it is not the
+        public callback (the console's loopback one), whose client alone may refresh it
+        ("": the public callback; None: as it was)."""
         key = self.keys.connection(team, user, grant.provider)
         with self.redis.pipeline() as pipe:
             pipe.set(key, self._seal(asdict(grant)))
+            if issuer:
+                pipe.set(self.keys.connection_issuer(team, user, grant.provider), issuer)
+            elif issuer is not None:
+                pipe.delete(self.keys.connection_issuer(team, user, grant.provider))
             pipe.sadd(self.keys.connections_of(team, user), grant.provider)
             pipe.sadd(self.keys.connected_people(team), user)
             pipe.execute()
+
+    def issuer(self, team: str, user: str, provider: str) -> str:
+        """The redirect URI the grant was issued through, if not the public callback."""
+        raw = self.redis.get(self.keys.connection_issuer(team, user, provider))
+        return raw.decode() if raw else ""
 
     def get(self, team: str, user: str, provider: str) -> Grant | None:
         value = self._open(self.redis.get(self.keys.connection(team, user, provider)))
@@ -173,7 +205,10 @@ class ConnectionStore:
         revoke it at the provider)."""
         raw = self.redis.getdel(self.keys.connection(team, user, provider))
         self.redis.srem(self.keys.connections_of(team, user), provider)
-        self.unwant(team, user, provider)
+        self.redis.delete(
+            self.keys.connection_issuer(team, user, provider),
+            self.keys.oauth_wanted(team, user, provider),
+        )
         value = self._open(raw)
         return _grant(value) if value is not None else None
 
@@ -192,31 +227,46 @@ class ConnectionStore:
             blocking_timeout=seconds,
         )
 
-    def rekey(self) -> Rekeyed:
+    def rekey(self, wait: float = REKEY_LOCK) -> Rekeyed:
         """Encrypt every grant, registered client and wanted scope with the first key (after
         a rotation), so the other keys can be removed. A client left under a removed key
         could not be read: discovery would register another, and the grants issued to the
-        first could no longer be refreshed. Flows and finished connections live ten minutes:
-        they are left to expire."""
-        grants, unreadable = self._rekey(self.keys.connection("*", "*", "*"))
-        clients, more = self._rekey(self.keys.oauth_client("*"))  # each redirect URI's too
-        _, rest = self._rekey(self.keys.oauth_wanted("*", "*", "*"))
-        return Rekeyed(grants, clients, unreadable + more + rest)
+        first could no longer be refreshed. Each value is rewritten only if it is still what
+        was read (a refresh or a connect meanwhile wrote it with the first key already), a
+        grant under its refresh lock. Flows and finished connections live ten minutes: they
+        are left to expire."""
+        grants = self._rekey(self.keys.connection("*", "*", "*"), wait=wait)
+        clients = self._rekey(self.keys.oauth_client("*"))  # each redirect URI's too
+        self._rekey(self.keys.oauth_wanted("*", "*", "*"))  # unreadable: gone within a day
+        return Rekeyed(grants[0], clients[0], grants[1], clients[1], grants[2])
 
-    def _rekey(self, pattern: str) -> tuple[int, int]:
-        """(values rewritten, values no configured key opens)"""
-        count = unreadable = 0
+    def _rekey(self, pattern: str, *, wait: float = 0.0) -> tuple[int, int, int]:
+        """(values rewritten, values no configured key opens, grants whose refresh lock
+        stayed taken `wait` seconds; 0: values with no lock)"""
+        count = unreadable = busy = 0
         for key in self.redis.scan_iter(match=pattern, count=500):
-            raw = self.redis.get(key)
-            if raw is None:
-                continue
+            name = key.decode()
+            if name.endswith(":refreshing"):
+                continue  # a refresh's lock, not a grant
+            lock = (
+                self.redis.lock(name + ":refreshing", timeout=REKEY_LOCK, blocking_timeout=wait)
+                if wait
+                else contextlib.nullcontext()
+            )
             try:
-                self.redis.set(key, self.fernet.rotate(raw), xx=True, keepttl=True)
-            except InvalidToken:
-                unreadable += 1
-                continue
-            count += 1
-        return count, unreadable
+                with lock:
+                    raw = self.redis.get(key)
+                    if raw is None:
+                        continue
+                    try:
+                        rotated = self.fernet.rotate(raw)
+                    except InvalidToken:
+                        unreadable += 1
+                        continue
+                    count += int(self._swap(keys=[key], args=[raw, rotated]))
+            except LockError:
+                busy += 1
+        return count, unreadable, busy
 
     # -- flows -----------------------------------------------------------------------------
     def start(self, state: str, flow: Flow) -> None:
@@ -229,7 +279,7 @@ class ConnectionStore:
         value = self._open(self.redis.getdel(self.keys.oauth_flow(digest(state))))
         if value is None:
             return None
-        flow = Flow(**value)
+        flow = Flow(**_known(Flow, value))
         return flow if flow.expires_at > time.time() else None
 
     def hold(self, finish_code: str, pending: Pending) -> None:
@@ -242,8 +292,18 @@ class ConnectionStore:
         value = self._open(self.redis.getdel(self.keys.oauth_pending(digest(finish_code))))
         if value is None:
             return None
-        pending = Pending(**{**value, "grant": _grant(value["grant"])})
+        pending = Pending(**{**_known(Pending, value), "grant": _grant(value["grant"])})
         return pending if pending.expires_at > time.time() else None
+
+    def hold_issuer(self, finish_code: str, issuer: str) -> None:
+        """The redirect URI a held grant was issued through, when not the public callback
+        (beside the held grant: see Compatibility above)."""
+        key = self.keys.oauth_pending(digest(finish_code)) + ":issuer"
+        self.redis.set(key, issuer, ex=PENDING_SECONDS)
+
+    def take_issuer(self, finish_code: str) -> str:
+        raw = self.redis.getdel(self.keys.oauth_pending(digest(finish_code)) + ":issuer")
+        return raw.decode() if raw else ""
 
     def confirm_attempt(self, team: str, user: str) -> bool:
         """Count one finishing code entered by this person; False past the limit."""
@@ -258,9 +318,10 @@ class ConnectionStore:
     def want(self, team: str, user: str, provider: str, scopes: Sequence[str]) -> None:
         """A service refused a call for want of `scopes`: the person's next Connect for
         `provider` asks for them too (with those wanted before, for WANTED_SECONDS; at most
-        MAX_WANTED_CHARS of them, so the Connect link stays a link Slack shows)."""
+        MAX_WANTED_CHARS of them, the newest first, so the Connect link stays a link Slack
+        shows)."""
         merged: list[str] = []
-        for scope in scope_tokens(" ".join([*self.wanted(team, user, provider), *scopes])):
+        for scope in scope_tokens(" ".join([*scopes, *self.wanted(team, user, provider)])):
             if sum(len(s) + 1 for s in merged) + len(scope) > MAX_WANTED_CHARS:
                 break
             merged.append(scope)
@@ -281,19 +342,35 @@ class ConnectionStore:
         self.redis.delete(self.keys.oauth_wanted(team, user, provider))
 
     # -- dynamically registered clients (an MCP server's own OAuth) --------------------------
-    # One per redirect URI: the console's loopback callback gets a client of its own, and
-    # never replaces the one the public callback's grants were issued to.
-    def client(self, provider: str, redirect_uri: str) -> dict[str, Any] | None:
-        """The client registered for `redirect_uri`; else the one registered before clients
-        were kept per redirect URI (discovery uses it only if it lists `redirect_uri`)."""
-        found = self._open(self.redis.get(self.keys.oauth_client(provider, digest(redirect_uri))))
-        if found is None:
-            found = self._open(self.redis.get(self.keys.oauth_client(provider)))
-        return found
+    # One for the public callback (the key every release has used) and one for each other
+    # redirect URI (the console's loopback callbacks): a console connect never replaces the
+    # client the public callback's grants were issued to.
+    def client(self, provider: str, redirect_uri: str = "") -> tuple[bytes | None, Any]:
+        """The client registered for `redirect_uri` ("": the public callback), as stored and
+        as read (None when there is none, or no configured key opens it)."""
+        raw = self.redis.get(self._client_key(provider, redirect_uri))
+        return raw, self._open(raw)
 
-    def put_client(self, provider: str, redirect_uri: str, info: dict[str, Any]) -> None:
-        self.redis.set(self.keys.oauth_client(provider, digest(redirect_uri)), self._seal(info))
+    def put_client(
+        self, provider: str, redirect_uri: str, info: dict[str, Any], replacing: bytes | None
+    ) -> Any:
+        """Store `info` unless another process stored a client since `replacing` was read
+        (then that one stands: two processes registering at once must not go on with two
+        clients); returns the client stored."""
+        key = self._client_key(provider, redirect_uri)
+        if self._swap(keys=[key], args=[replacing or b"", self._seal(info)]) == 1:
+            return info
+        return self._open(self.redis.get(key)) or info
+
+    def _client_key(self, provider: str, redirect_uri: str) -> str:
+        return self.keys.oauth_client(provider, digest(redirect_uri) if redirect_uri else "")
 
 
 def _grant(value: dict[str, Any]) -> Grant:
-    return Grant(**value)
+    return Grant(**_known(Grant, value))
+
+
+def _known(kind: Any, value: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `value` that `kind` (a dataclass) has: a later release may add some."""
+    names = {f.name for f in fields(kind)}
+    return {k: v for k, v in value.items() if k in names}

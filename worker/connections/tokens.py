@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 import httpx2
 import structlog
@@ -59,34 +60,43 @@ class Connections:
         found = self._providers.get(name)
         return found.label if found is not None else name
 
+    @property
+    def callback(self) -> str:
+        """The public callback: the redirect URI of every connect but the console's."""
+        return self.public_url + "/oauth/callback"
+
     def provider(self, name: str, redirect_uri: str = "") -> Provider:
         """The provider, its endpoints and client discovered first for an MCP server's own
-        OAuth (once per process and redirect URI, the public callback's by default; the
-        registration is kept, encrypted, in Redis, one per redirect URI)."""
+        OAuth (once per process and redirect URI, the public callback by default). The
+        registration is kept, encrypted, in Redis: one for the public callback, one for
+        each other redirect URI (ConnectionStore.client)."""
         with self._lock:
             found = self._providers.get(name)
         if found is None:
             raise UnknownProvider(name)
         if found.discovered or not found.discover_from:
             return found
-        redirect_uri = redirect_uri or self.public_url + "/oauth/callback"
+        redirect_uri = redirect_uri or self.callback
         with self._lock:
             ready = self._discovered.get((name, redirect_uri))
         if ready is not None:
             return ready
-        registered = self.store.client(name, redirect_uri)
+        other = "" if redirect_uri == self.callback else redirect_uri  # the store's key
+        raw, registered = self.store.client(name, other)
         discovered = oauth.discover(found.discover_from, redirect_uri, "Switchboard", registered)
         if discovered.client is not registered:
-            self.store.put_client(name, redirect_uri, discovered.client)
+            kept = self.store.put_client(name, other, discovered.client, raw)
+            if redirect_uri in kept.get("redirect_uris", []):  # another process's, if any
+                discovered = replace(discovered, client=kept)
         ready = oauth.with_discovery(found, discovered)
         with self._lock:
             self._discovered[(name, redirect_uri)] = ready
         return ready
 
-    def provider_of(self, grant: Grant) -> Provider:
-        """The provider as the client `grant` was issued to (the one that may refresh and
-        revoke it)."""
-        return self.provider(grant.provider, grant.redirect_uri)
+    def provider_of(self, team: str, user: str, name: str) -> Provider:
+        """The provider as the client a person's grant was issued to, the only one that may
+        refresh and revoke it: the public callback's, or the console's loopback one's."""
+        return self.provider(name, self.store.issuer(team, user, name))
 
     def token_for(self, team: str, user: str, provider: str) -> str:
         """The access token of `user` for `provider`, refreshed if it expired; NotConnected
@@ -131,7 +141,9 @@ class Connections:
             if current != grant and not current.expired(time.time()):
                 return current.access_token  # another call refreshed it meanwhile
             try:
-                fresh = oauth.refresh(self.provider_of(current), self.http, current)
+                fresh = oauth.refresh(
+                    self.provider_of(team, user, grant.provider), self.http, current
+                )
             except ProviderRefused as refused:
                 self.store.delete(team, user, grant.provider)
                 log.info("connection_refresh_refused", provider=grant.provider, error=refused.error)
@@ -150,11 +162,12 @@ class Connections:
 
     def drop(self, team: str, user: str, provider: str) -> bool:
         """Drop a grant, revoking it at the provider where it has a revocation endpoint."""
+        issuer = self.store.issuer(team, user, provider)  # read before the drop forgets it
         grant = self.store.delete(team, user, provider)
         if grant is None:
             return False
         try:
-            found = self.provider_of(grant)
+            found = self.provider(provider, issuer)
         except (UnknownProvider, ProviderDown):
             return True
         revoked = oauth.revoke(found, self.http, grant)

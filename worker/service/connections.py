@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tools.exceptions import bounded, scope_tokens
@@ -98,10 +99,8 @@ def connect_url(
     rt: Runtime, team: str, user: str, provider: str, *, callback: str | None = None
 ) -> str:
     """Start connecting `user`'s account for `provider`; the URL to open in a browser.
-    `callback`: another redirect URI (the console's local port). The URL asks for the
-    configured scopes, those the person's connection gives, if they have one (connecting
-    again loses no access another tool uses), and those a service asked their connection
-    for (`ConnectionStore.want`: the MCP authorization spec's step-up)."""
+    `callback`: another redirect URI (the console's local port). The URL asks for
+    `scopes_to_ask`."""
     connections = _connections(rt)
     back = callback or redirect_uri(rt)
     try:
@@ -112,14 +111,7 @@ def connect_url(
         raise ConnectRefused(
             f"{connections.label(provider)} cannot be reached now ({down})."
         ) from None
-    # what is configured, what the person's connection gives (connecting again loses no
-    # access another tool uses), and what a service asked it for (step-up)
-    held = connections.store.get(team, user, provider)
-    asked = [*found.scopes, held.scope if held is not None else ""]
-    found = replace(
-        found,
-        scopes=scope_tokens(" ".join([*asked, *connections.store.wanted(team, user, provider)])),
-    )
+    found = replace(found, scopes=scopes_to_ask(connections, found.scopes, team, user, provider))
     state = secrets.token_urlsafe(32)
     challenge = oauth.pkce()
     connections.store.start(
@@ -131,10 +123,31 @@ def connect_url(
             verifier=challenge.code_verifier,
             redirect_uri=back,
             expires_at=time.time() + FLOW_SECONDS,
-            scopes=" ".join(found.scopes),
         ),
     )
     return oauth.authorization_url(found, back, state, challenge.code_challenge)
+
+
+MAX_ASKED_CHARS = 1_500  # of the scopes a Connect asks for (a Slack button's URL: 3,000)
+
+
+def scopes_to_ask(
+    connections: Connections, configured: Sequence[str], team: str, user: str, provider: str
+) -> tuple[str, ...]:
+    """What a person's Connect asks for: the configured scopes, those a service asked their
+    connection for (`ConnectionStore.want`: the MCP authorization spec's step-up), and those
+    their connection gives (connecting again loses no access another tool uses; a provider
+    that writes them comma-separated, as GitHub does, read as such); in that order, once
+    each, MAX_ASKED_CHARS at most."""
+    held = connections.store.get(team, user, provider)
+    given = held.scope.replace(",", " ") if held is not None else ""
+    wanted = connections.store.wanted(team, user, provider)
+    asked: list[str] = []
+    for scope in scope_tokens(" ".join([*configured, *wanted, given])):
+        if sum(len(s) + 1 for s in asked) + len(scope) > MAX_ASKED_CHARS:
+            break
+        asked.append(scope)
+    return tuple(asked)
 
 
 def complete(
@@ -160,8 +173,11 @@ def complete(
         raise ConnectRefused(f"{label} sent no authorization code. Nothing was changed.")
     try:
         provider = connections.provider(flow.provider, flow.redirect_uri)
+        # what the URL asked for (the same reckoning, minutes later): the grant's scope when
+        # the answer names none
+        asked = scopes_to_ask(connections, provider.scopes, flow.team, flow.user, flow.provider)
         grant = oauth.exchange(
-            provider, connections.http, code, flow.verifier, flow.redirect_uri, flow.scopes
+            provider, connections.http, code, flow.verifier, flow.redirect_uri, " ".join(asked)
         )
     except ProviderRefused as refused:
         raise ConnectRefused(
@@ -174,6 +190,8 @@ def complete(
             "try again later."
         ) from None
     finishing = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+    if flow.redirect_uri != connections.callback:  # the console's: its client refreshes it
+        connections.store.hold_issuer(finishing, flow.redirect_uri)
     connections.store.hold(
         finishing,
         Pending(
@@ -202,7 +220,7 @@ def confirm(rt: Runtime, team: str, user: str, finishing_code: str) -> Connected
             "That connection was started by someone else, so it cannot connect your account. "
             "Nothing was connected; start your own from the Connect button."
         )
-    connections.store.put(team, user, pending.grant)
+    connections.store.put(team, user, pending.grant, connections.store.take_issuer(cleaned))
     connections.store.unwant(team, user, pending.provider)
     label = connections.label(pending.provider)
     resumed = resuming.resume_waiting(rt, team, user, pending.provider, label)
