@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import replace
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import httpx2
 import pytest
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.support.oauth_server import OAuthMcpServer
 from tests.support.runtime import make_runtime
 from tools.exceptions import NotConnected, ToolError
-from worker.connections import ConnectionStore, Provider
+from worker.connections import ConnectionStore, Grant, Provider
 from worker.connections.tokens import Connections
 from worker.runtime import Runtime
 from worker.service import connections as service
@@ -240,6 +240,80 @@ def test_a_console_connect_on_its_own_port_leaves_everyone_elses_connection_work
     # and a new Slack connection still uses the first registration
     service.confirm(worker, TEAM, "UBOB", connect(worker, "UBOB").code)
     assert len(provider_server.people.clients) == registrations + 1
+    # Disconnect revokes the console's grant with the console's client
+    assert worker.connections is not None
+    store = worker.connections.store
+    local = store.get(TEAM, "ULOCAL", "mcp:people")
+    assert local is not None and local.refresh_token in provider_server.people.refresh
+    assert service.revoke(worker, TEAM, "ULOCAL", "mcp:people")
+    assert local.refresh_token not in provider_server.people.refresh
+    # connecting from the console, then from Slack: the Slack grant is the public client's
+    finished = service.complete(console, **_callback(sign_in_at(console, "ULOCAL", loopback)))
+    service.confirm(console, TEAM, "ULOCAL", finished.code)
+    service.confirm(worker, TEAM, "ULOCAL", connect(worker, "ULOCAL", signs_in_as="local").code)
+    expire(worker, "ULOCAL")
+    assert subject_of(provider_server, service.token_for(worker, TEAM, "ULOCAL", "mcp:people")) == (
+        "local"
+    )
+    # an issuer key left for another grant (the previous release replaced it without
+    # knowing of the key) names nothing: Alice's grant is still refreshed as hers
+    worker.redis.set(store.keys.connection_issuer(TEAM, "UALICE", "mcp:people"), f"1.0|{loopback}")
+    expire(worker, "UALICE")
+    assert subject_of(provider_server, service.token_for(worker, TEAM, "UALICE", "mcp:people")) == (
+        "alice"
+    )
+
+
+def sign_in_at(rt: Runtime, user: str, callback: str) -> dict[str, str]:
+    """A connect through `callback` (the console's), signed in as the user's name."""
+    url = service.connect_url(rt, TEAM, user, "mcp:people", callback=callback)
+    with httpx2.Client(follow_redirects=False, timeout=10) as browser:
+        login = browser.get(url)
+        back = browser.get(login.headers["location"] + f"&user={user.removeprefix('U').lower()}")
+    return {k: v[0] for k, v in parse_qs(urlparse(back.headers["location"]).query).items()}
+
+
+def test_a_connect_asks_for_configured_then_wanted_then_held_scopes_within_the_url_bound(
+    rt: Runtime,
+) -> None:
+    assert rt.connections is not None
+    store = rt.connections.store
+    store.put(TEAM, "UALICE", Grant("mcp:people", "at", scope="held:a,held:b"))  # GitHub-style
+    store.want(TEAM, "UALICE", "mcp:people", ["old"])
+    store.want(TEAM, "UALICE", "mcp:people", ["new", "old"])
+    assert store.wanted(TEAM, "UALICE", "mcp:people") == ("new", "old")  # the newest first
+    asked = service.scopes_to_ask(rt.connections, ["conf"], TEAM, "UALICE", "mcp:people")
+    assert asked == ("conf", "new", "old", "held:a", "held:b")
+    # scopes of URL-heavy characters: the bound is the URL's, encoded
+    heavy = [f"https://api.example/{i}/:all" for i in range(60)]
+    store.want(TEAM, "UBOB", "mcp:people", heavy)
+    asked = service.scopes_to_ask(rt.connections, [], TEAM, "UBOB", "mcp:people")
+    assert 0 < len(asked) < len(heavy)
+    encoded = len(urlencode({"scope": " ".join(asked)})) - len("scope=")
+    assert encoded <= service.MAX_ASKED_CHARS
+
+
+def test_a_grant_given_no_scope_has_what_its_own_connect_asked_for(
+    redis_conn: redis.Redis,
+) -> None:
+    """Not what a Connect started later would ask: a service that wants more meanwhile does
+    not make the grant claim it."""
+    server = OAuthMcpServer(scopes={"first": "first", "later": "later"})
+    server.people.names_scope = False
+    try:
+        rt = connected_runtime(redis_conn, server)
+        assert rt.connections is not None
+        people = replace(people_provider(server), scopes=("people",))  # as configured
+        rt.connections = Connections(rt.connections.store, {"mcp:people": people}, PUBLIC)
+        rt.connections.store.want(TEAM, "UALICE", "mcp:people", ["first"])
+        url = service.connect_url(rt, TEAM, "UALICE", "mcp:people")
+        rt.connections.store.want(TEAM, "UALICE", "mcp:people", ["later"])
+        query = sign_in(url, "alice")
+        service.confirm(rt, TEAM, "UALICE", service.complete(rt, **_callback(query)).code)
+        [held] = service.listing(rt, TEAM, "UALICE")
+        assert held.scope == "people first"
+    finally:
+        server.stop()
 
 
 # What the previous release reads with `Grant(**value)`, `Flow(**value)` and
@@ -256,7 +330,7 @@ def sealed(rt: Runtime, pattern: str) -> list[dict[str, object]]:
     store = rt.connections.store
     found = []
     for key in rt.redis.scan_iter(match=store.keys.ns + pattern):
-        if not key.endswith(b":issuer") and not key.endswith(b":refreshing"):
+        if not key.endswith((b":issuer", b":refreshing", b":scopes")):
             value = store._open(rt.redis.get(key))
             assert value is not None, key
             found.append(value)

@@ -125,7 +125,7 @@ class BearerAnswers:
 
     async def seen(self, response: httpx2.Response) -> None:
         request = response.request
-        if self.answered or request.method != "POST" or response.is_redirect:
+        if self.answered or request.method != "POST" or response.has_redirect_location:
             return  # a redirect (the SDK follows it within the origin) answers nothing
         if response.status_code == 401:
             self.refused = True

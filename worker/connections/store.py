@@ -166,18 +166,20 @@ class ConnectionStore:
         key = self.keys.connection(team, user, grant.provider)
         with self.redis.pipeline() as pipe:
             pipe.set(key, self._seal(asdict(grant)))
-            if issuer:
-                pipe.set(self.keys.connection_issuer(team, user, grant.provider), issuer)
+            if issuer:  # with the grant's connection time: it names that grant and no other
+                side = f"{grant.connected_at!r}|{issuer}"
+                pipe.set(self.keys.connection_issuer(team, user, grant.provider), side)
             elif issuer is not None:
                 pipe.delete(self.keys.connection_issuer(team, user, grant.provider))
             pipe.sadd(self.keys.connections_of(team, user), grant.provider)
             pipe.sadd(self.keys.connected_people(team), user)
             pipe.execute()
 
-    def issuer(self, team: str, user: str, provider: str) -> str:
-        """The redirect URI the grant was issued through, if not the public callback."""
-        raw = self.redis.get(self.keys.connection_issuer(team, user, provider))
-        return raw.decode() if raw else ""
+    def issuer(self, team: str, user: str, grant: Grant) -> str:
+        """The redirect URI `grant` was issued through, if not the public callback."""
+        return _issuer(
+            self.redis.get(self.keys.connection_issuer(team, user, grant.provider)), grant
+        )
 
     def get(self, team: str, user: str, provider: str) -> Grant | None:
         value = self._open(self.redis.get(self.keys.connection(team, user, provider)))
@@ -201,16 +203,21 @@ class ConnectionStore:
                 return False
 
     def delete(self, team: str, user: str, provider: str) -> Grant | None:
-        """Drop one grant (and any more access wanted for it); return what it was (to
-        revoke it at the provider)."""
-        raw = self.redis.getdel(self.keys.connection(team, user, provider))
-        self.redis.srem(self.keys.connections_of(team, user), provider)
-        self.redis.delete(
-            self.keys.connection_issuer(team, user, provider),
-            self.keys.oauth_wanted(team, user, provider),
-        )
+        """Drop one grant (and any more access wanted for it); return what it was."""
+        return self.take(team, user, provider)[0]
+
+    def take(self, team: str, user: str, provider: str) -> tuple[Grant | None, str]:
+        """Drop one grant (and any more access wanted for it); return what it was and the
+        redirect URI it was issued through (to revoke it at the provider)."""
+        with self.redis.pipeline() as pipe:  # one transaction: a confirm lands before or after
+            pipe.getdel(self.keys.connection(team, user, provider))
+            pipe.getdel(self.keys.connection_issuer(team, user, provider))
+            pipe.srem(self.keys.connections_of(team, user), provider)
+            pipe.delete(self.keys.oauth_wanted(team, user, provider))
+            raw, side, *_ = pipe.execute()
         value = self._open(raw)
-        return _grant(value) if value is not None else None
+        grant = _grant(value) if value is not None else None
+        return grant, _issuer(side, grant) if grant is not None else ""
 
     def providers(self, team: str, user: str) -> list[str]:
         return sorted(m.decode() for m in self.redis.smembers(self.keys.connections_of(team, user)))
@@ -269,18 +276,30 @@ class ConnectionStore:
         return count, unreadable, busy
 
     # -- flows -----------------------------------------------------------------------------
-    def start(self, state: str, flow: Flow) -> None:
-        self.redis.set(
-            self.keys.oauth_flow(digest(state)), self._seal(asdict(flow)), ex=FLOW_SECONDS
-        )
+    def start(self, state: str, flow: Flow, scopes: Sequence[str] = ()) -> None:
+        """`scopes`: what the authorization URL asks for, kept beside the flow (see
+        Compatibility above): the grant's scope if the token answer names none."""
+        key = self.keys.oauth_flow(digest(state))
+        with self.redis.pipeline() as pipe:
+            pipe.set(key, self._seal(asdict(flow)), ex=FLOW_SECONDS)
+            pipe.set(key + ":scopes", " ".join(scopes), ex=FLOW_SECONDS)
+            pipe.execute()
 
-    def take_flow(self, state: str) -> Flow | None:
-        """The flow `state` names, once: a second take (a replay) finds nothing."""
-        value = self._open(self.redis.getdel(self.keys.oauth_flow(digest(state))))
+    def take_flow(self, state: str) -> tuple[Flow, str] | None:
+        """The flow `state` names and the scopes it asked for, once: a second take (a
+        replay) finds nothing."""
+        key = self.keys.oauth_flow(digest(state))
+        with self.redis.pipeline() as pipe:
+            pipe.getdel(key)
+            pipe.getdel(key + ":scopes")
+            raw, scopes = pipe.execute()
+        value = self._open(raw)
         if value is None:
             return None
         flow = Flow(**_known(Flow, value))
-        return flow if flow.expires_at > time.time() else None
+        if flow.expires_at <= time.time():
+            return None
+        return flow, scopes.decode() if scopes else ""
 
     def hold(self, finish_code: str, pending: Pending) -> None:
         value = asdict(pending)
@@ -364,6 +383,13 @@ class ConnectionStore:
 
     def _client_key(self, provider: str, redirect_uri: str) -> str:
         return self.keys.oauth_client(provider, digest(redirect_uri) if redirect_uri else "")
+
+
+def _issuer(side: bytes | None, grant: Grant) -> str:
+    """The redirect URI an issuer side key names, if it was written for `grant` (a side key
+    left by a grant the previous release replaced without knowing of it names nothing)."""
+    connected, _, uri = (side or b"").decode().partition("|")
+    return uri if connected == repr(grant.connected_at) else ""
 
 
 def _grant(value: dict[str, Any]) -> Grant:

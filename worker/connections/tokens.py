@@ -93,10 +93,10 @@ class Connections:
             self._discovered[(name, redirect_uri)] = ready
         return ready
 
-    def provider_of(self, team: str, user: str, name: str) -> Provider:
+    def provider_of(self, team: str, user: str, grant: Grant) -> Provider:
         """The provider as the client a person's grant was issued to, the only one that may
         refresh and revoke it: the public callback's, or the console's loopback one's."""
-        return self.provider(name, self.store.issuer(team, user, name))
+        return self.provider(grant.provider, self.store.issuer(team, user, grant))
 
     def token_for(self, team: str, user: str, provider: str) -> str:
         """The access token of `user` for `provider`, refreshed if it expired; NotConnected
@@ -141,9 +141,7 @@ class Connections:
             if current != grant and not current.expired(time.time()):
                 return current.access_token  # another call refreshed it meanwhile
             try:
-                fresh = oauth.refresh(
-                    self.provider_of(team, user, grant.provider), self.http, current
-                )
+                fresh = oauth.refresh(self.provider_of(team, user, current), self.http, current)
             except ProviderRefused as refused:
                 self.store.delete(team, user, grant.provider)
                 log.info("connection_refresh_refused", provider=grant.provider, error=refused.error)
@@ -162,8 +160,7 @@ class Connections:
 
     def drop(self, team: str, user: str, provider: str) -> bool:
         """Drop a grant, revoking it at the provider where it has a revocation endpoint."""
-        issuer = self.store.issuer(team, user, provider)  # read before the drop forgets it
-        grant = self.store.delete(team, user, provider)
+        grant, issuer = self.store.take(team, user, provider)
         if grant is None:
             return False
         try:

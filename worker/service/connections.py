@@ -24,6 +24,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from urllib.parse import quote_plus
 
 from tools.exceptions import bounded, scope_tokens
 from worker.connections import oauth
@@ -124,11 +125,12 @@ def connect_url(
             redirect_uri=back,
             expires_at=time.time() + FLOW_SECONDS,
         ),
+        found.scopes,
     )
     return oauth.authorization_url(found, back, state, challenge.code_challenge)
 
 
-MAX_ASKED_CHARS = 1_500  # of the scopes a Connect asks for (a Slack button's URL: 3,000)
+MAX_ASKED_CHARS = 1_500  # of the scopes a Connect asks for, URL-encoded (Slack's: 3,000)
 
 
 def scopes_to_ask(
@@ -138,13 +140,13 @@ def scopes_to_ask(
     connection for (`ConnectionStore.want`: the MCP authorization spec's step-up), and those
     their connection gives (connecting again loses no access another tool uses; a provider
     that writes them comma-separated, as GitHub does, read as such); in that order, once
-    each, MAX_ASKED_CHARS at most."""
+    each, MAX_ASKED_CHARS at most as the URL carries them."""
     held = connections.store.get(team, user, provider)
     given = held.scope.replace(",", " ") if held is not None else ""
     wanted = connections.store.wanted(team, user, provider)
     asked: list[str] = []
     for scope in scope_tokens(" ".join([*configured, *wanted, given])):
-        if sum(len(s) + 1 for s in asked) + len(scope) > MAX_ASKED_CHARS:
+        if len(quote_plus(" ".join([*asked, scope]))) > MAX_ASKED_CHARS:
             break
         asked.append(scope)
     return tuple(asked)
@@ -159,12 +161,13 @@ def complete(
     connections = _connections(rt)
     if not state or len(state) > MAX_PARAMETER_CHARS or len(code) > MAX_PARAMETER_CHARS:
         raise ConnectRefused("This link is not a connection Switchboard started.")
-    flow = connections.store.take_flow(state)
-    if flow is None:
+    taken = connections.store.take_flow(state)
+    if taken is None:
         raise ConnectRefused(
             "This connection link was already used, has expired, or was not made by "
             "Switchboard. Start again from the Connect button in Slack."
         )
+    flow, asked = taken
     label = connections.label(flow.provider)
     if error:
         why = bounded(description or error, 200)
@@ -173,11 +176,9 @@ def complete(
         raise ConnectRefused(f"{label} sent no authorization code. Nothing was changed.")
     try:
         provider = connections.provider(flow.provider, flow.redirect_uri)
-        # what the URL asked for (the same reckoning, minutes later): the grant's scope when
-        # the answer names none
-        asked = scopes_to_ask(connections, provider.scopes, flow.team, flow.user, flow.provider)
+        # what the URL asked for: the grant's scope when the answer names none
         grant = oauth.exchange(
-            provider, connections.http, code, flow.verifier, flow.redirect_uri, " ".join(asked)
+            provider, connections.http, code, flow.verifier, flow.redirect_uri, asked
         )
     except ProviderRefused as refused:
         raise ConnectRefused(
