@@ -104,6 +104,15 @@ def build(redis_conn: redis.Redis, model_server: FakeOpenAI, tmp_path: Path) -> 
         tools.mcp.unload(tools.mcp.load(path))  # their tools leave the registry
 
 
+def own_server_config(tmp_path: Path, server: OAuthMcpServer, **entry: object) -> Path:
+    """SWITCHBOARD_MCP naming `server` (a test's own) as `people`, per user, listed with an
+    operator's token of its own; `entry`: more of the server's entry."""
+    listing = server.people.mint("operator")
+    people: dict[str, object] = {"url": server.url, "auth": "per_user", "label": "People"}
+    people |= {"headers": {"Authorization": f"Bearer {listing}"}, **entry}
+    return write_config(tmp_path / "mcp.yaml", {"people": people})
+
+
 def ask(rt: Runtime, question: str, who: Requester = ALICE) -> str:
     run = service.submit(rt, question, who, origin={"surface": "test"})
     work(rt)
@@ -248,20 +257,7 @@ def test_a_per_user_server_that_went_down_fails_the_call_as_not_run(
 ) -> None:
     server = OAuthMcpServer()  # its own, to stop: the module's serves the other tests
     try:
-        listing = server.people.mint("operator")
-        path = write_config(
-            tmp_path / "mcp.yaml",
-            {
-                "people": {
-                    "url": server.url,
-                    "auth": "per_user",
-                    "label": "People",
-                    "headers": {"Authorization": f"Bearer {listing}"},
-                    "timeout": 5,
-                }
-            },
-        )
-        rt = build(path)
+        rt = build(own_server_config(tmp_path, server, timeout=5))
         connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
     finally:
         server.stop()
@@ -284,20 +280,7 @@ def test_a_call_short_of_a_scope_keeps_the_connection_and_connecting_again_asks_
     on and the call acts as them."""
     server = OAuthMcpServer(scopes={"payroll": "payroll"})
     try:
-        listing = server.people.mint("operator")
-        path = write_config(
-            tmp_path / "mcp.yaml",
-            {
-                "people": {
-                    "url": server.url,
-                    "auth": "per_user",
-                    "label": "People",
-                    "headers": {"Authorization": f"Bearer {listing}"},
-                    "scopes": ["people"],
-                }
-            },
-        )
-        rt = build(path)
+        rt = build(own_server_config(tmp_path, server, scopes=["people"]))
         first_url = connections.connect_url(rt, TEAM, "UALICE", "mcp:people")
         assert parse_qs(urlparse(first_url).query)["scope"] == ["people"]
         connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
@@ -348,10 +331,7 @@ def test_a_second_step_up_keeps_the_first_when_the_provider_names_no_scope_in_it
     server = OAuthMcpServer(scopes={"payroll": "payroll", "benefits": "benefits"})
     server.people.names_scope = False
     try:
-        listing = server.people.mint("operator")
-        entry: dict[str, object] = {"url": server.url, "auth": "per_user", "label": "People"}
-        entry |= {"scopes": ["people"], "headers": {"Authorization": f"Bearer {listing}"}}
-        rt = build(write_config(tmp_path / "mcp.yaml", {"people": entry}))
+        rt = build(own_server_config(tmp_path, server, scopes=["people"]))
         connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
         model_server.route(GO_ON.format(label="People"), ["Done."])  # the continuations
         for tool, asked in (("payroll", "people payroll"), ("benefits", "people benefits payroll")):
@@ -376,10 +356,7 @@ def test_a_403_that_names_no_scope_is_a_tool_error_with_no_connect_offer(
     told why the call was not run."""
     server = OAuthMcpServer(scopes={"payroll": "payroll"}, names_scope=False)
     try:
-        listing = server.people.mint("operator")
-        entry: dict[str, object] = {"url": server.url, "auth": "per_user", "label": "People"}
-        entry |= {"scopes": ["people"], "headers": {"Authorization": f"Bearer {listing}"}}
-        rt = build(write_config(tmp_path / "mcp.yaml", {"people": entry}))
+        rt = build(own_server_config(tmp_path, server, scopes=["people"]))
         connections.confirm(rt, TEAM, "UALICE", connect(rt, "UALICE").code)
         model_server.route("my payroll", [Turn(tool_calls=[("people_payroll", {})]), "Sorry."])
         run = ask(rt, "what is my payroll?")
