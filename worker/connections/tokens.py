@@ -26,6 +26,7 @@ from worker.connections.store import ConnectionStore, Grant
 log = structlog.get_logger(__name__)
 
 REFRESH_LOCK_SECONDS = 15.0
+CALLBACK_PATH = "/oauth/callback"  # the public callback's path (bot/transport/oauth_callback.py)
 
 
 class UnknownProvider(KeyError):
@@ -63,7 +64,7 @@ class Connections:
     @property
     def callback(self) -> str:
         """The public callback: the redirect URI of every connect but the console's."""
-        return self.public_url + "/oauth/callback"
+        return self.public_url + CALLBACK_PATH
 
     def provider(self, name: str, redirect_uri: str = "") -> Provider:
         """The provider, its endpoints and client discovered first for an MCP server's own

@@ -30,12 +30,12 @@ from tools.exceptions import bounded, scope_tokens
 from worker.connections import oauth
 from worker.connections.oauth import ProviderDown, ProviderRefused
 from worker.connections.store import FLOW_SECONDS, PENDING_SECONDS, Flow, Pending
+from worker.connections.tokens import CALLBACK_PATH as CALLBACK_PATH  # the bot serves it
 from worker.connections.tokens import Connections, UnknownProvider
 from worker.run import Run
 from worker.runtime import Runtime
 from worker.service import resuming
 
-CALLBACK_PATH = "/oauth/callback"
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 CODE_LENGTH = 10  # 50 bits, and at most MAX_CONFIRM_ATTEMPTS guesses per person
 MAX_PARAMETER_CHARS = 2_000  # of `state`, `code`, `error` from the callback
@@ -84,7 +84,7 @@ def _connections(rt: Runtime) -> Connections:
 
 
 def redirect_uri(rt: Runtime) -> str:
-    return _connections(rt).public_url + CALLBACK_PATH
+    return _connections(rt).callback
 
 
 def label(rt: Runtime, provider: str) -> str:
