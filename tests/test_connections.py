@@ -264,6 +264,21 @@ def test_a_console_connect_on_its_own_port_leaves_everyone_elses_connection_work
     )
 
 
+def test_a_process_without_a_public_url_says_so_when_it_cannot_refresh_a_slack_connection(
+    redis_conn: redis.Redis, provider_server: OAuthMcpServer
+) -> None:
+    keys = [Fernet.generate_key().decode()]
+    bot = connected_runtime(redis_conn, provider_server, keys)
+    service.confirm(bot, TEAM, "UALICE", connect(bot, "UALICE").code)
+    console = connected_runtime(redis_conn, provider_server, keys)
+    assert console.connections is not None
+    console.connections.public_url = ""  # `switchboard chat` where it is not set
+    expire(console, "UALICE")
+    with pytest.raises(ToolError, match="SWITCHBOARD_PUBLIC_URL is not set where this runs"):
+        service.token_for(console, TEAM, "UALICE", "mcp:people")
+    assert [c.provider for c in service.listing(bot, TEAM, "UALICE")] == ["mcp:people"]
+
+
 def sign_in_at(rt: Runtime, user: str, callback: str) -> dict[str, str]:
     """A connect through `callback` (the console's), signed in as the user's name."""
     url = service.connect_url(rt, TEAM, user, "mcp:people", callback=callback)

@@ -78,6 +78,11 @@ class Connections:
         if found.discovered or not found.discover_from:
             return found
         redirect_uri = redirect_uri or self.callback
+        if not redirect_uri.startswith(("http://", "https://")):  # no public URL here
+            raise ProviderDown(
+                "SWITCHBOARD_PUBLIC_URL is not set where this runs, and the connection was "
+                "made through it"
+            )
         with self._lock:
             ready = self._discovered.get((name, redirect_uri))
         if ready is not None:
