@@ -133,6 +133,41 @@ def test_any_chunking_of_a_reply_accumulates_to_the_turn_sent_whole(
         assert sink.shown == (message["content"] or "")
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(replies())
+def test_a_reply_read_as_its_json_is_the_turn_read_from_the_sdks_objects(
+    case: tuple[dict[str, Any], list[dict[str, Any]]],
+) -> None:
+    reply, _ = case
+    choice = {"index": 0, "message": reply["message"], "finish_reason": reply["finish"]}
+
+    assert read_turn(choice, reply["usage"], 0.0) == whole(reply)
+
+
+REPLY_FIELDS = ["message", "tool_calls", "function", "name", "arguments", "content", "id"]
+REPLY_FIELDS += ["type", "refusal", "finish_reason", "prompt_tokens", "completion_tokens"]
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(REPLY_FIELDS) | st.text(max_size=3), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_JSON, ANY_JSON)
+def test_any_json_a_server_sends_is_read_as_a_turn_not_an_error(choice: Any, usage: Any) -> None:
+    turn = read_turn(choice, usage, 0.0)
+
+    assert isinstance(turn.finish_reason, str) and turn.finish_reason
+    assert turn.content is None or isinstance(turn.content, str)
+    assert all(isinstance(c.name, str) and isinstance(c.arguments, str) for c in turn.calls)
+    assert len({c.id for c in turn.calls}) == len(turn.calls)
+    assert turn.prompt_tokens >= 0 and turn.completion_tokens >= 0
+
+
 def test_malformed_chunks_become_a_turn_not_an_error() -> None:
     chunks: list[Any] = [
         {},

@@ -19,11 +19,19 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
-from worker.turns import MAX_ARGUMENTS_KEPT, MAX_CALLS, MAX_CONTENT, ModelTurn, read_turn
+from worker.turns import (
+    MAX_ARGUMENTS_KEPT,
+    MAX_CALLS,
+    MAX_CONTENT,
+    ModelTurn,
+    as_list,
+    get_field,
+    read_turn,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -80,26 +88,26 @@ class TurnAccumulator:
         self._passed = False
 
     def add(self, chunk: object) -> None:
-        usage = _get(chunk, "usage")
+        usage = get_field(chunk, "usage")
         if usage is not None:
             self.usage = usage
-        for choice in _list(_get(chunk, "choices")):
+        for choice in as_list(get_field(chunk, "choices")):
             self.saw_choice = True
-            index = _get(choice, "index")
+            index = get_field(choice, "index")
             if isinstance(index, int) and index != 0:
                 continue  # we ask for one choice; ignore any other
-            finish = _get(choice, "finish_reason")
+            finish = get_field(choice, "finish_reason")
             if isinstance(finish, str) and finish:
                 self.finish_reason = finish
-            delta = _get(choice, "delta")
+            delta = get_field(choice, "delta")
             if delta is None:
                 continue
-            self._add_content(_get(delta, "content"))
-            refusal = _get(delta, "refusal")
+            self._add_content(get_field(delta, "content"))
+            refusal = get_field(delta, "refusal")
             if refusal:
                 self.refusal.append(refusal if isinstance(refusal, str) else str(refusal))
                 self._stop_passing()
-            calls = _list(_get(delta, "tool_calls"))
+            calls = as_list(get_field(delta, "tool_calls"))
             if calls:
                 self._stop_passing()
             for position, call in enumerate(calls):
@@ -128,8 +136,8 @@ class TurnAccumulator:
         self._passing = False
 
     def _add_call(self, delta: object, position: int) -> None:
-        call_id = _get(delta, "id")
-        index = _get(delta, "index")
+        call_id = get_field(delta, "id")
+        index = get_field(delta, "index")
         if not isinstance(index, int) or index < 0:
             # no index (some servers): a new id opens a call, anything else continues the last
             if not self.calls:
@@ -146,14 +154,14 @@ class TurnAccumulator:
             parts = self.calls[index] = _CallParts()
         if isinstance(call_id, str) and call_id and not parts.id:
             parts.id = call_id
-        kind = _get(delta, "type")
+        kind = get_field(delta, "type")
         if isinstance(kind, str) and kind:
             parts.type = kind
-        function = _get(delta, "function")
-        name = _get(function, "name")
+        function = get_field(delta, "function")
+        name = get_field(function, "name")
         if isinstance(name, str) and name and name != parts.name:
             parts.name = name if not parts.name else parts.name + name  # some stream the name
-        parts.add_arguments(_get(function, "arguments"))
+        parts.add_arguments(get_field(function, "arguments"))
 
     def written_chars(self) -> int:
         """Characters the model has written so far: text, refusal, call names and arguments
@@ -180,8 +188,8 @@ class TurnAccumulator:
             tool_calls=calls or None,
         )
         usage = SimpleNamespace(
-            prompt_tokens=_get(self.usage, "prompt_tokens"),
-            completion_tokens=_get(self.usage, "completion_tokens"),
+            prompt_tokens=get_field(self.usage, "prompt_tokens"),
+            completion_tokens=get_field(self.usage, "completion_tokens"),
         )
         return read_turn(SimpleNamespace(message=message, finish_reason=finish), usage, seconds)
 
@@ -192,13 +200,3 @@ def accumulate(chunks: Iterable[object], sink: TextSink | None = None) -> ModelT
     for chunk in chunks:
         acc.add(chunk)
     return acc.turn(0.0)
-
-
-def _get(value: object, name: str) -> Any:
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
-def _list(value: object) -> list[Any]:
-    return list(value) if isinstance(value, list) else []

@@ -1,5 +1,6 @@
-"""One model turn as the runtime reads it, whole or streamed: `read_turn` turns a reply of the
-openai SDK (or what `worker.streaming` assembled from chunks) into a `ModelTurn`."""
+"""One model turn as the runtime reads it, whole or streamed: `read_turn` turns a reply (its
+JSON as sent, an SDK object, or what `worker.streaming` assembled from chunks) into a
+`ModelTurn`."""
 
 from __future__ import annotations
 
@@ -33,32 +34,29 @@ class ModelTurn:
 
 
 def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:
-    """The SDK builds replies without validating them, so any field may be missing, null or
-    of another type. Read each one defensively and canonically: a call without an id, or
-    with one already used in the turn, gets one of ours (the transcript sends it back
-    consistently); a call without a function is kept with an empty name, so the model reads
-    "no such tool" instead of the run failing; model text is cleaned of lone surrogates,
-    since it is stored and sent again."""
-    message = getattr(choice, "message", None)
+    """A reply is read as the server sent it (its JSON, or the SDK's objects built from it
+    without validation), so any field may be missing, null or of another type. Read each one
+    defensively and canonically: a call without an id, or with one already used in the turn,
+    gets one of ours (the transcript sends it back consistently); a call without a function
+    is kept with an empty name, so the model reads "no such tool" instead of the run failing;
+    model text is cleaned of lone surrogates, since it is stored and sent again."""
+    message = get_field(choice, "message")
     calls: list[ProposedCall] = []
-    for call in _list(getattr(message, "tool_calls", None))[:MAX_CALLS]:  # as a stream keeps
-        if getattr(call, "type", None) not in ("function", None):
+    for call in as_list(get_field(message, "tool_calls"))[:MAX_CALLS]:  # as a stream keeps
+        if get_field(call, "type") not in ("function", None):
             continue  # another kind of tool (custom, ...) that we never offered
-        function = getattr(call, "function", None)
+        function = get_field(call, "function")
         calls.append(
             ProposedCall(
-                id=_unique_id(getattr(call, "id", None), {c.id for c in calls}),
-                name=_text(getattr(function, "name", None)),
-                arguments=_text(getattr(function, "arguments", None))[:MAX_ARGUMENTS_KEPT],
+                id=_unique_id(get_field(call, "id"), {c.id for c in calls}),
+                name=_text(get_field(function, "name")),
+                arguments=_text(get_field(function, "arguments"))[:MAX_ARGUMENTS_KEPT],
             )
         )
-    content = (
-        _text(getattr(message, "content", None))
-        if getattr(message, "content", None) is not None
-        else None
-    )
-    refusal = getattr(message, "refusal", None)
-    finish = getattr(choice, "finish_reason", None)
+    raw = get_field(message, "content")
+    content = _text(raw) if raw is not None else None
+    refusal = get_field(message, "refusal")
+    finish = get_field(choice, "finish_reason")
     if content is not None and len(content) > MAX_CONTENT:  # stored, and sent again: bounded
         content, finish = content[:MAX_CONTENT], "length"  # as a streamed reply past it
     return ModelTurn(
@@ -66,8 +64,8 @@ def read_turn(choice: Any, usage: Any, seconds: float) -> ModelTurn:
         content=content,
         refusal=_text(refusal) if refusal else None,
         calls=calls,
-        prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
-        completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
+        prompt_tokens=_count(get_field(usage, "prompt_tokens")),
+        completion_tokens=_count(get_field(usage, "completion_tokens")),
         seconds=seconds,
     )
 
@@ -86,7 +84,14 @@ def _implied(calls: list[ProposedCall]) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _list(value: object) -> list[Any]:
+def get_field(value: object, name: str) -> Any:
+    """A field of a reply's part, whether the part is JSON as sent or an SDK object."""
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def as_list(value: object) -> list[Any]:
     return list(value) if isinstance(value, list) else []
 
 
