@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from bot.render.blocks import answer_messages
 from switchboard.render import event_line
 from switchboard.settings import Config
-from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
+from tests.fakes.openai_server import FakeOpenAI, Fault, Recorded, Script, Turn
 from tests.support.redis_server import free_port
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until, work
 from worker import metrics, service
@@ -423,3 +423,43 @@ def test_the_console_says_how_long_the_model_has_been_working_while_it_waits(
     answered = next(n for n, line in enumerate(lines) if "model step 1: stop" in line)
     assert waiting and asked < waiting[0] < answered, lines
     assert lines[waiting[0]].endswith("s of 10.0 s")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/html; charset=utf-8", b"<html><body>Sign in to the proxy</body></html>"),
+        ("application/json", b"<html>not json</html>"),
+        ("application/json", b'["a", "list"]'),
+    ],
+    ids=["html page", "json said, html sent", "json, not an object"],
+)
+def test_a_reply_that_is_not_a_json_object_is_a_model_error_not_a_crash(
+    model_server: FakeOpenAI, content_type: str, body: bytes
+) -> None:
+    client = ModelClient(model="m", api_key="k", base_url=model_server.url, max_retries=2)
+    model_server.route(lambda _: Recorded(content_type=content_type, body=body))
+
+    with pytest.raises(ModelError) as caught:
+        client.complete([{"role": "user", "content": "q"}], [], 10.0)
+
+    assert caught.value.detail == "the model server's reply was not JSON (1 attempt)"
+    assert len(model_server.chat_requests) == 1  # the same proxy would answer the same
+
+
+def test_a_streamed_chunk_that_is_not_json_is_a_model_error_not_a_crash(
+    model_server: FakeOpenAI,
+) -> None:
+    client = ModelClient(model="m", api_key="k", base_url=model_server.url, max_retries=2)
+    chunks = (
+        b'data: {"choices": [{"index": 0, "delta": {"content": "It"}}]}\n\n',
+        b"data: <p>\n\n",
+    )
+    model_server.route(lambda _: Recorded(content_type="text/event-stream", chunks=chunks))
+    sink = Watching()
+
+    with pytest.raises(ModelError) as caught:
+        client.complete([{"role": "user", "content": "q"}], [], 10.0, sink)
+
+    assert caught.value.detail == "the model server's reply was not JSON (1 attempt)"
+    assert len(model_server.chat_requests) == 1
