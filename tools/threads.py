@@ -1,14 +1,60 @@
 """A call in a daemon thread of its own, with the caller's context: what a tool call, a
-turn's extra reads and a model call held to its deadline are each run in."""
+turn's extra reads and a model call held to its deadline are each run in.
+
+Each calling thread keeps one such thread between its calls (`_Spare`) and hands its next
+call to it when it is idle, instead of starting a thread per call: the hand-over measured
+about 40 µs of CPU against 110 µs for a thread started and ended (a four-call run makes
+about seven such calls). A call that never returns keeps its thread, as before; the
+caller's next calls then start threads of their own until it does. A spare ends with the
+thread that kept it.
+"""
 
 from __future__ import annotations
 
 import contextvars
+import os
+import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+_kept = threading.local()  # .spare: the calling thread's _Spare
+
+
+class _Spare:
+    """A daemon thread that runs the calls of the thread that keeps it, one at a time."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()  # a forked child has the thread-local but not the thread
+        self.idle = True
+        calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.calls = calls
+        threading.Thread(target=_serve, args=(calls,), name="spare", daemon=True).start()
+        weakref.finalize(self, calls.put, None)  # its keeper ended (or dropped it): stop
+
+    @classmethod
+    def idle_one(cls) -> _Spare | None:
+        """The calling thread's spare, made the first time; None while it is busy."""
+        spare: _Spare | None = getattr(_kept, "spare", None)
+        if spare is None or spare.pid != os.getpid():
+            spare = _kept.spare = cls()
+        return spare if spare.idle else None
+
+
+def _serve(calls: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    while True:
+        call = calls.get()
+        if call is None:
+            return
+        try:
+            call()
+        except BaseException as exc:  # an `on_end` that raised: said as a thread's would be
+            args = (type(exc), exc, exc.__traceback__, threading.current_thread())
+            threading.excepthook(threading.ExceptHookArgs(args))
+        call = None  # the call holds its spare: idle, this thread must not keep it alive
 
 
 class InThread(Generic[T]):
@@ -24,18 +70,26 @@ class InThread(Generic[T]):
         self._outcome: list[T] = []
         self._failure: list[BaseException] = []
         context = contextvars.copy_context()
+        spare = _Spare.idle_one()
 
         def run() -> None:
+            threading.current_thread().name = name
             try:
                 self._outcome.append(context.run(call))
             except BaseException as exc:  # handed to the caller, who raises it as its own
                 self._failure.append(exc)
             finally:
+                if spare is not None:
+                    spare.idle = True  # before `done`: the caller's next call may take it
                 self.done.set()
                 if on_end is not None:
                     on_end()
 
-        threading.Thread(target=run, name=name, daemon=True).start()
+        if spare is None:
+            threading.Thread(target=run, name=name, daemon=True).start()
+        else:
+            spare.idle = False
+            spare.calls.put(run)
 
     def result(self) -> T:
         """Once `done`: what the call returned, or its exception raised here."""
