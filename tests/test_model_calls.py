@@ -5,6 +5,7 @@ errors that say what happened. Real Redis, RQ, the real openai client against Fa
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 from collections import Counter
@@ -23,7 +24,7 @@ from tests.support.redis_server import free_port
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until, work
 from worker import metrics, service
 from worker.library import Selector, TaskLibrary
-from worker.model import POOL_THREADS, ModelClient, ModelError, Sampling, pools_for
+from worker.model import POOL_THREADS, ModelClient, ModelError, Sampling, Spent, pools_for
 from worker.run import Budgets, EndReason, Run, RunStatus
 from worker.surface import SilentSurface
 
@@ -425,14 +426,59 @@ def test_the_console_says_how_long_the_model_has_been_working_while_it_waits(
     assert lines[waiting[0]].endswith("s of 10.0 s")
 
 
+class Attempts:
+    """A Watch that keeps what each failed attempt was found to have cost."""
+
+    def __init__(self) -> None:
+        self.failed: list[Spent] = []
+
+    def attempt_started(self, attempt: int, attempts: int) -> None:
+        pass
+
+    def attempt_failed(
+        self, attempt: int, attempts: int, error: ModelError, spent: Spent, seconds: float
+    ) -> None:
+        self.failed.append(spent)
+
+    def waiting(self, seconds: float) -> None:
+        pass
+
+
+WHOLE_REPLY = json.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+).encode()
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain;charset=UTF-8", "Application/JSON", ""], ids=repr
+)
+def test_a_json_reply_is_read_whatever_its_content_type_says(
+    model_server: FakeOpenAI, content_type: str
+) -> None:
+    client = ModelClient(model="m", api_key="k", base_url=model_server.url, max_retries=0)
+    model_server.route(lambda _: Recorded(content_type=content_type, body=WHOLE_REPLY))
+
+    turn = client.complete([{"role": "user", "content": "q"}], [], 10.0)
+
+    assert (turn.content, turn.prompt_tokens, turn.completion_tokens) == ("Hi", 3, 1)
+
+
 @pytest.mark.parametrize(
     ("content_type", "body"),
     [
         ("text/html; charset=utf-8", b"<html><body>Sign in to the proxy</body></html>"),
         ("application/json", b"<html>not json</html>"),
         ("application/json", b'["a", "list"]'),
+        ("application/json", b'{"x": "\xe9"}'),
+        ("application/json", b'{"n": ' + b"9" * 5000 + b"}"),
+        ("application/json", b"[" * 100_000),
     ],
-    ids=["html page", "json said, html sent", "json, not an object"],
+    ids=["html page", "json said, html sent", "a list", "not utf-8", "huge int", "too deep"],
 )
 def test_a_reply_that_is_not_a_json_object_is_a_model_error_not_a_crash(
     model_server: FakeOpenAI, content_type: str, body: bytes
@@ -443,23 +489,25 @@ def test_a_reply_that_is_not_a_json_object_is_a_model_error_not_a_crash(
     with pytest.raises(ModelError) as caught:
         client.complete([{"role": "user", "content": "q"}], [], 10.0)
 
-    assert caught.value.detail == "the model server's reply was not JSON (1 attempt)"
+    assert caught.value.detail == "the model server's reply was not a JSON object (1 attempt)"
     assert len(model_server.chat_requests) == 1  # the same proxy would answer the same
 
 
-def test_a_streamed_chunk_that_is_not_json_is_a_model_error_not_a_crash(
-    model_server: FakeOpenAI,
+@pytest.mark.parametrize(
+    "bad", [b"data: <p>\n\n", b'data: {"x": "\xe9"}\n\n'], ids=["html", "not utf-8"]
+)
+def test_a_streamed_part_that_is_not_json_is_a_model_error_and_its_cost_not_taken_as_none(
+    model_server: FakeOpenAI, bad: bytes
 ) -> None:
     client = ModelClient(model="m", api_key="k", base_url=model_server.url, max_retries=2)
-    chunks = (
-        b'data: {"choices": [{"index": 0, "delta": {"content": "It"}}]}\n\n',
-        b"data: <p>\n\n",
-    )
+    chunks = (b'data: {"choices": [{"index": 0, "delta": {"content": "It is"}}]}\n\n', bad)
     model_server.route(lambda _: Recorded(content_type="text/event-stream", chunks=chunks))
-    sink = Watching()
+    watch = Attempts()
 
     with pytest.raises(ModelError) as caught:
-        client.complete([{"role": "user", "content": "q"}], [], 10.0, sink)
+        client.complete([{"role": "user", "content": "q"}], [], 10.0, Watching(), watch=watch)
 
-    assert caught.value.detail == "the model server's reply was not JSON (1 attempt)"
+    detail = "the model server's streamed reply had a part that was not JSON (1 attempt)"
+    assert caught.value.detail == detail
     assert len(model_server.chat_requests) == 1
+    assert [spent.known for spent in watch.failed] == ["estimated"]  # "It is" was written

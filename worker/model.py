@@ -58,7 +58,8 @@ class ModelError(Exception):
 
 
 CHAT_PATH = "/chat/completions"  # under the client's base URL, as the SDK's create() posts
-NOT_JSON = "the model server's reply was not JSON"
+NOT_JSON = "the model server's reply was not a JSON object"
+NOT_JSON_CHUNK = "the model server's streamed reply had a part that was not JSON"
 
 NO_MODEL = (
     "No model is configured. Set OPENAI_API_KEY (and SWITCHBOARD_MODEL) to use OpenAI, or "
@@ -364,11 +365,10 @@ class ModelClient:
                 spent=self._spent(body, acc) if failed.error.timed_out else Spent(),
             ) from exc
         except _StreamCut as cut:
-            wrote = cut.retryable or cut.error.timed_out
             raise _Failed(
                 cut.error,
                 retryable=cut.retryable,
-                spent=self._spent(body, acc) if wrote else Spent(),
+                spent=self._spent(body, acc) if cut.wrote else Spent(),
             ) from None
 
     def _pooled(self) -> openai.OpenAI:
@@ -390,17 +390,20 @@ class ModelClient:
         """One attempt, posted through the SDK's client (its headers, auth and errors) with
         no retries of its own, and read as the JSON it is: the typed `create()` would copy the
         client for the attempt's timeout and build pydantic objects of every reply, about a
-        third of the SDK's CPU per call, only for `read_turn` to read the fields back."""
+        third of the SDK's CPU per call, only for `read_turn` to read the fields back. The
+        body is read as JSON whatever its content type says (proxies label JSON text/plain)."""
         options: RequestOptions = {
             "timeout": openai.Timeout(read, connect=min(read, 5.0)),
             "max_retries": 0,
+            "security": {"bearer_auth": True},  # as create(): the API key, never another
         }
         sent = {"model": self.model, **body}
         if acc is None:
+            response = client.post(CHAT_PATH, cast_to=httpx2.Response, body=sent, options=options)
             try:
-                reply = client.post(CHAT_PATH, cast_to=object, body=sent, options=options)
-            except json.JSONDecodeError:
-                reply = None  # said "application/json", sent something else
+                reply = json.loads(response.content)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep or too long
+                reply = None
             if not isinstance(reply, dict):
                 raise _StreamCut(ModelError(NOT_JSON), retryable=False)
             choices = as_list(reply.get("choices"))
@@ -437,8 +440,8 @@ class ModelClient:
                 ModelError("the model's streamed reply broke off", kind="unreachable"),
                 retryable=True,
             ) from exc
-        except json.JSONDecodeError:
-            raise _StreamCut(ModelError(NOT_JSON), retryable=False) from None
+        except (ValueError, RecursionError):  # a part not JSON (or not UTF-8, too deep)
+            raise _StreamCut(ModelError(NOT_JSON_CHUNK), retryable=False, wrote=True) from None
         if not acc.saw_choice:
             raise _StreamCut(ModelError("the model server returned no choices"), retryable=False)
         return acc.turn(time.monotonic() - started)
@@ -485,9 +488,10 @@ class ModelClient:
 class _StreamCut(Exception):
     """A reply that did not come whole (read in the call's thread, judged by `_attempt`)."""
 
-    def __init__(self, error: ModelError, *, retryable: bool) -> None:
+    def __init__(self, error: ModelError, *, retryable: bool, wrote: bool = False) -> None:
         super().__init__(error.detail)
         self.error, self.retryable = error, retryable
+        self.wrote = wrote or retryable or error.timed_out  # the model may have written some
 
 
 def backoff(attempt: int) -> float:
