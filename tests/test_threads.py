@@ -1,5 +1,9 @@
 """tools.threads.InThread: a call in a thread of its own, held by the caller to a deadline;
-each calling thread hands its calls to one kept thread while that thread is idle."""
+each calling thread hands its calls to one kept thread while that thread is idle.
+
+Threads are compared as objects, kept referenced, never by ident (a new thread may reuse the
+ident of one that ended). Each case runs in a caller thread of its own, so no case sees a
+kept thread another case left busy."""
 
 from __future__ import annotations
 
@@ -29,65 +33,97 @@ def until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def in_a_thread(case: Callable[[], None]) -> threading.Thread:
+    """Run `case` in a new caller thread; raise here what it raised. Returns the thread."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            case()
+        except BaseException as exc:
+            failed.append(exc)
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    caller.join(20)
+    assert not caller.is_alive()
+    if failed:
+        raise failed[0]
+    return caller
+
+
 def test_calls_run_in_one_kept_thread_with_the_callers_context_and_hand_back_what_they_did() -> (
     None
 ):
     def failing() -> None:
         raise KeyError("gone")
 
-    def caller() -> None:
+    def case() -> None:
         who.set("alice")
-        seen = [ran(InThread(lambda: (threading.get_ident(), who.get()), "c")) for _ in range(3)]
-        assert {s[1] for s in seen} == {"alice"}
-        assert len({s[0] for s in seen}) == 1 and seen[0][0] != threading.get_ident()
+        seen = [ran(InThread(lambda: (threading.current_thread(), who.get()), "c")) for _ in "abc"]
+        assert [s[1] for s in seen] == ["alice"] * 3
+        kept = seen[0][0]
+        assert all(s[0] is kept for s in seen) and kept is not threading.current_thread()
         with pytest.raises(KeyError, match="gone"):
             ran(InThread(failing, "c"))
-        assert ran(InThread(threading.get_ident, "c")) == seen[0][0]  # still kept after
-        results.append("ok")
+        assert ran(InThread(threading.current_thread, "c")) is kept  # still kept after
 
-    results: list[str] = []
-    thread = threading.Thread(target=caller)
-    thread.start()
-    thread.join(10)
-    assert results == ["ok"]
+    in_a_thread(case)
 
 
 def test_a_call_that_does_not_return_holds_its_thread_and_the_next_calls_run_elsewhere() -> None:
-    release = threading.Event()
-    hung = InThread(lambda: (release.wait(10), threading.get_ident())[1], "hung")
-    assert not hung.done.wait(0.05)
+    def case() -> None:
+        release = threading.Event()
+        hung = InThread(lambda: (release.wait(10), threading.current_thread())[1], "hung")
+        assert not hung.done.wait(0.05)
 
-    others = {ran(InThread(threading.get_ident, "next")) for _ in range(3)}
+        others = [ran(InThread(threading.current_thread, "next")) for _ in "abc"]
 
-    release.set()
-    kept = ran(hung)
-    assert kept not in others  # each ran in a thread started for it
-    assert ran(InThread(threading.get_ident, "after")) == kept  # idle again: handed to it
+        release.set()
+        kept = ran(hung)
+        assert all(other is not kept for other in others)  # each in a thread started for it
+        assert ran(InThread(threading.current_thread, "after")) is kept  # idle: handed to it
+
+    in_a_thread(case)
 
 
-def test_an_on_end_that_raises_is_reported_and_the_kept_thread_serves_on() -> None:
-    reported: list[BaseException | None] = []
+def test_a_call_made_inside_a_call_runs_in_a_thread_that_ends_with_it() -> None:
+    """A kept thread keeps none of its own: a process holds one per calling thread."""
+
+    def case() -> None:
+        def nested() -> tuple[threading.Thread, threading.Thread]:
+            return threading.current_thread(), ran(InThread(threading.current_thread, "in"))
+
+        outer, inner = ran(InThread(nested, "out"))
+        assert inner is not outer
+        until(lambda: not inner.is_alive())
+        assert ran(InThread(threading.current_thread, "again")) is outer
+
+    in_a_thread(case)
+
+
+def test_an_on_end_that_raises_is_reported_and_the_kept_thread_serves_on_then_ends() -> None:
+    reported: list[type[BaseException]] = []
+    kept: list[threading.Thread] = []
     before = threading.excepthook
-    threading.excepthook = lambda args: reported.append(args.exc_value)
-    try:
-        first = InThread(threading.get_ident, "c", on_end=lambda: 1 / 0)
-        assert first.done.wait(10)
+    threading.excepthook = lambda args: reported.append(args.exc_type)
+
+    def case() -> None:
+        first = InThread(threading.current_thread, "c", on_end=lambda: 1 / 0)
+        kept.append(ran(first))
         until(lambda: reported)
-        assert ran(InThread(threading.get_ident, "c")) == first.result()
+        assert ran(InThread(threading.current_thread, "c")) is kept[0]
+
+    try:
+        in_a_thread(case)
     finally:
         threading.excepthook = before
-    assert isinstance(reported[0], ZeroDivisionError)
+    assert reported == [ZeroDivisionError]
+    until(lambda: not kept[0].is_alive())  # the report let go of the call and its spare
 
 
 def test_the_kept_thread_ends_with_the_thread_that_kept_it() -> None:
     kept: list[threading.Thread] = []
+    in_a_thread(lambda: kept.append(ran(InThread(threading.current_thread, "c"))))
 
-    def caller() -> None:
-        ident = ran(InThread(threading.get_ident, "c"))
-        kept.extend(t for t in threading.enumerate() if t.ident == ident)
-
-    thread = threading.Thread(target=caller)
-    thread.start()
-    thread.join(10)
-    assert len(kept) == 1
     until(lambda: not kept[0].is_alive())

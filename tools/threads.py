@@ -1,12 +1,15 @@
 """A call in a daemon thread of its own, with the caller's context: what a tool call, a
 turn's extra reads and a model call held to its deadline are each run in.
 
-Each calling thread keeps one such thread between its calls (`_Spare`) and hands its next
-call to it when it is idle, instead of starting a thread per call: the hand-over measured
-about 40 µs of CPU against 110 µs for a thread started and ended (a four-call run makes
-about seven such calls). A call that never returns keeps its thread, as before; the
-caller's next calls then start threads of their own until it does. A spare ends with the
-thread that kept it.
+A thread that makes such calls (a worker's slot, say) keeps one such thread between its
+calls (`_Spare`) and hands its next call to it when it is idle, instead of starting a thread
+per call: the hand-over measured about 40 µs of CPU against 110 µs for a thread started and
+ended (a four-call run makes about seven such calls). So a process holds one idle thread per
+thread that made such calls, no more: a thread started by `InThread` keeps none, and a call
+made while the spare is busy (a turn's second read, or a call that never returned) gets a
+thread that ends with it, as every call did before. A spare ends with the thread that kept
+it. What a call leaves in a thread-local is seen by its keeper's later calls: Switchboard
+keeps none there (worker/model.py reads its own in the slot's thread).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-_kept = threading.local()  # .spare: the calling thread's _Spare
+# .spare: the calling thread's _Spare; .started: set in every thread InThread runs a call in
+_kept = threading.local()
 
 
 class _Spare:
@@ -32,19 +36,24 @@ class _Spare:
         self.idle = True
         calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self.calls = calls
-        threading.Thread(target=_serve, args=(calls,), name="spare", daemon=True).start()
         weakref.finalize(self, calls.put, None)  # its keeper ended (or dropped it): stop
+        self.thread = threading.Thread(target=_serve, args=(calls,), name="spare", daemon=True)
+        self.thread.start()
 
     @classmethod
     def idle_one(cls) -> _Spare | None:
-        """The calling thread's spare, made the first time; None while it is busy."""
+        """The calling thread's spare, made the first time; None while it is busy, and in
+        a thread that runs an InThread call (its nested calls end with it)."""
+        if getattr(_kept, "started", False):
+            return None
         spare: _Spare | None = getattr(_kept, "spare", None)
-        if spare is None or spare.pid != os.getpid():
+        if spare is None or spare.pid != os.getpid() or not spare.thread.is_alive():
             spare = _kept.spare = cls()
         return spare if spare.idle else None
 
 
 def _serve(calls: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    _kept.started = True
     while True:
         call = calls.get()
         if call is None:
@@ -52,9 +61,14 @@ def _serve(calls: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         try:
             call()
         except BaseException as exc:  # an `on_end` that raised: said as a thread's would be
-            args = (type(exc), exc, exc.__traceback__, threading.current_thread())
-            threading.excepthook(threading.ExceptHookArgs(args))
+            _report(exc)
         call = None  # the call holds its spare: idle, this thread must not keep it alive
+
+
+def _report(exc: BaseException) -> None:
+    """As a thread that died of `exc` would say it (its frames are let go on return)."""
+    args = (type(exc), exc, exc.__traceback__, threading.current_thread())
+    threading.excepthook(threading.ExceptHookArgs(args))
 
 
 class InThread(Generic[T]):
@@ -74,6 +88,7 @@ class InThread(Generic[T]):
 
         def run() -> None:
             threading.current_thread().name = name
+            _kept.started = True
             try:
                 self._outcome.append(context.run(call))
             except BaseException as exc:  # handed to the caller, who raises it as its own
