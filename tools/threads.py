@@ -1,74 +1,14 @@
 """A call in a daemon thread of its own, with the caller's context: what a tool call, a
-turn's extra reads and a model call held to its deadline are each run in.
-
-A thread that makes such calls (a worker's slot, say) keeps one such thread between its
-calls (`_Spare`) and hands its next call to it when it is idle, instead of starting a thread
-per call: the hand-over measured about 40 µs of CPU against 110 µs for a thread started and
-ended (a four-call run makes about seven such calls). So a process holds one idle thread per
-thread that made such calls, no more: a thread started by `InThread` keeps none, and a call
-made while the spare is busy (a turn's second read, or a call that never returned) gets a
-thread that ends with it, as every call did before. A spare ends with the thread that kept
-it. What a call leaves in a thread-local is seen by its keeper's later calls: Switchboard
-keeps none there (worker/model.py reads its own in the slot's thread).
-"""
+turn's extra reads and a model call held to its deadline are each run in."""
 
 from __future__ import annotations
 
 import contextvars
-import os
-import queue
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-
-# .spare: the calling thread's _Spare; .started: set in every thread InThread runs a call in
-_kept = threading.local()
-
-
-class _Spare:
-    """A daemon thread that runs the calls of the thread that keeps it, one at a time."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()  # a forked child has the thread-local but not the thread
-        self.idle = True
-        calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self.calls = calls
-        weakref.finalize(self, calls.put, None)  # its keeper ended (or dropped it): stop
-        self.thread = threading.Thread(target=_serve, args=(calls,), name="spare", daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def idle_one(cls) -> _Spare | None:
-        """The calling thread's spare, made the first time; None while it is busy, and in
-        a thread that runs an InThread call (its nested calls end with it)."""
-        if getattr(_kept, "started", False):
-            return None
-        spare: _Spare | None = getattr(_kept, "spare", None)
-        if spare is None or spare.pid != os.getpid() or not spare.thread.is_alive():
-            spare = _kept.spare = cls()
-        return spare if spare.idle else None
-
-
-def _serve(calls: queue.SimpleQueue[Callable[[], None] | None]) -> None:
-    _kept.started = True
-    while True:
-        call = calls.get()
-        if call is None:
-            return
-        try:
-            call()
-        except BaseException as exc:  # an `on_end` that raised: said as a thread's would be
-            _report(exc)
-        call = None  # the call holds its spare: idle, this thread must not keep it alive
-
-
-def _report(exc: BaseException) -> None:
-    """As a thread that died of `exc` would say it (its frames are let go on return)."""
-    args = (type(exc), exc, exc.__traceback__, threading.current_thread())
-    threading.excepthook(threading.ExceptHookArgs(args))
 
 
 class InThread(Generic[T]):
@@ -84,27 +24,18 @@ class InThread(Generic[T]):
         self._outcome: list[T] = []
         self._failure: list[BaseException] = []
         context = contextvars.copy_context()
-        spare = _Spare.idle_one()
 
         def run() -> None:
-            threading.current_thread().name = name
-            _kept.started = True
             try:
                 self._outcome.append(context.run(call))
             except BaseException as exc:  # handed to the caller, who raises it as its own
                 self._failure.append(exc)
             finally:
-                if spare is not None:
-                    spare.idle = True  # before `done`: the caller's next call may take it
                 self.done.set()
                 if on_end is not None:
                     on_end()
 
-        if spare is None:
-            threading.Thread(target=run, name=name, daemon=True).start()
-        else:
-            spare.idle = False
-            spare.calls.put(run)
+        threading.Thread(target=run, name=name, daemon=True).start()
 
     def result(self) -> T:
         """Once `done`: what the call returned, or its exception raised here."""

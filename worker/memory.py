@@ -19,8 +19,7 @@ Measured together (workers' RSS at rest, bursts 5 -> 30): 149.8 -> 156.0 MiB bef
 140.1 -> 143.1 MiB after (+0.9 MiB over the last 10 bursts). Either alone lowers the level
 more than the slope. Part of what still grew was a pool of tool threads that only grew (168
 -> 193 threads over those bursts); tool calls now use threads that end with them
-(worker/executor.py `run_reads`): 138.0 -> 140.1 MiB over bursts 5 to 30. A slot now keeps
-one idle thread for its calls (tools/threads.py), a number fixed by the slots.
+(worker/executor.py `run_reads`): 138.0 -> 140.1 MiB over bursts 5 to 30.
 
 Both are glibc's; elsewhere (musl, macOS) they do nothing and say so (False).
 """
