@@ -20,7 +20,7 @@ from openai._types import RequestOptions
 from worker import metrics
 from worker.deadline import CutOffSink, Overdue, within
 from worker.streaming import TextSink, TurnAccumulator
-from worker.turns import ModelTurn, as_list, read_turn
+from worker.turns import ModelTurn, as_list, get_field, read_turn
 
 log = structlog.get_logger(__name__)
 
@@ -244,9 +244,10 @@ class ModelClient:
     def request_body(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
     ) -> dict[str, Any]:
-        """The request as sent. It is plain JSON already: handed to `create(messages=...)`, the
-        SDK would first walk every message against its typed definitions, which measured as
-        more CPU than the rest of a step; `extra_body` is sent as it is."""
+        """The request as sent, but for the model's name. It is plain JSON already and posted
+        as it is (`_request`): handed to `create(messages=...)`, the SDK would first walk every
+        message against its typed definitions, which measured as more CPU than the rest of a
+        step."""
         body: dict[str, Any] = {"messages": messages}
         if max_tokens is not None:
             body[self.sampling.tokens_param] = max_tokens
@@ -512,7 +513,7 @@ def _tokens(chars: int) -> int:
 
 
 def _get_count(usage: object, name: str) -> int | None:
-    value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+    value = get_field(usage, name)
     return value if isinstance(value, int) and value >= 0 else None
 
 
