@@ -83,22 +83,13 @@ class NeedsMoreAccess(NotConnected):
     does not give (an MCP server's HTTP 403 `insufficient_scope`, RFC 6750): nothing ran.
     `scopes` are what the service asked for, as far as it said (`scope_tokens`); the person
     is offered to connect again asking for them too (the "step-up" of the MCP
-    authorization spec), and keeps the access they had meanwhile. A service that names no
-    scope is a plain tool error: connecting again would ask for what the person has."""
+    authorization spec), and keeps the access they had meanwhile. Made by `short_of_access`,
+    which makes a plain tool error of a refusal that names no scope."""
 
     def __init__(self, provider: str, label: str = "", scope: str = "") -> None:
         self.provider = provider
         self.label = label or provider
         self.scopes = scope_tokens(scope)
-        if not self.scopes:  # nothing to ask for: connecting again would give the same
-            ToolError.__init__(
-                self,
-                f"Not run: the person asking has connected their {self.label} account, but "
-                "the service refused this call for want of access it did not name, so "
-                "connecting again would not help. Tell them; whoever runs the service "
-                "decides what the connection may do. Do not try another way around it.",
-            )
-            return
         wanted = bounded(" ".join(self.scopes), 300)
         ToolError.__init__(
             self,
@@ -107,6 +98,20 @@ class NeedsMoreAccess(NotConnected):
             "connect again with more access; tell them to, then ask again. Do not try another "
             "way around it.",
         )
+
+
+def short_of_access(provider: str, label: str, scope: str) -> ToolError:
+    """A call refused for want of access: NeedsMoreAccess when the service named the scopes
+    it needs, else a plain tool error (connecting again would ask for what the person has)."""
+    needs = NeedsMoreAccess(provider, label, scope)
+    if needs.scopes:
+        return needs
+    return ToolError(
+        f"Not run: the person asking has connected their {needs.label} account, but the "
+        "service refused this call for want of access it did not name, so connecting again "
+        "would not help. Tell them; whoever runs the service decides what the connection may "
+        "do. Do not try another way around it."
+    )
 
 
 MAX_SCOPES = 50  # scope tokens a service may ask for at once

@@ -61,10 +61,6 @@ def execute(
     if isinstance(outcome, _TimedOut):
         log.warning("tool_timed_out", tool=tool.name, timeout=timeout, call_id=ctx.call_id)
         return _error(tool, timed_out(tool, timeout))
-    failure = outcome.error if isinstance(outcome, _Failed) else None
-    if isinstance(failure, NeedsMoreAccess) and not failure.scopes:  # nothing to ask for
-        log.info("tool_short_of_access", tool=tool.name, call_id=ctx.call_id)
-        return _error(tool, failure.message)
     if isinstance(outcome, _Failed) and isinstance(outcome.error, NotConnected):
         log.info("tool_not_connected", tool=tool.name, call_id=ctx.call_id)
         return replace(

@@ -18,7 +18,7 @@ as; each call carries the asking person's token (`ctx.access_token()`: NotConnec
 they have none). A 401 from the server refreshes the connection and tries once more (the
 server ran nothing); a second one drops it, and the person is asked to connect again. A
 403 `insufficient_scope` keeps the connection and asks the person to connect again with the
-access the server named (NeedsMoreAccess).
+access the server named (NeedsMoreAccess; a plain tool error if it named none).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import structlog
 from mcp import types
 
 from tools.context import ToolContext
-from tools.exceptions import NeedsMoreAccess, NotConnected, ToolDefinitionError, ToolError
+from tools.exceptions import NotConnected, ToolDefinitionError, ToolError, short_of_access
 from tools.mcp.config import Effect, ServerConfig
 from tools.mcp.results import result_text
 from tools.mcp.session import Connection, InsufficientScope, Unauthorized
@@ -208,7 +208,7 @@ def make_handler(
                 token = ctx.access_token_refused(token, refresh=refresh)
             except InsufficientScope as short:  # nothing ran; the connection stays as it is
                 config = connection.config
-                raise NeedsMoreAccess(
+                raise short_of_access(
                     config.connection, config.connection_label, short.scope
                 ) from None
         # refused twice, and another call had replaced the connection meanwhile
