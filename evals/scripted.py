@@ -78,6 +78,7 @@ class ScriptedTurn:
 class ScriptedModel:
     scripts: dict[str, list[ScriptedTurn]] = field(default_factory=dict)
     model: str = "scripted"
+    attempts: int = 1  # a script is not retried
 
     def add(self, question: str, turns: list[ScriptedTurn]) -> None:
         self.scripts[question.strip()] = turns

@@ -10,11 +10,14 @@ import pytest
 import redis
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from bot.render.blocks import answer_messages
 from switchboard.settings import Config
 from switchboard.wiring import build_runtime
-from tests.fakes.openai_server import FakeOpenAI, Turn
+from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn
+from tests.support.redis_server import free_port
 from tests.support.runtime import ALICE, make_runtime, work
 from tests.support.slack_bot import texts
 from tools.exceptions import PolicyError
@@ -22,10 +25,13 @@ from tools.policy import Policy
 from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
+from worker.events import EventKind
 from worker.limits import Limits, PersonLimits
+from worker.model_watch import StepWatch
 from worker.process import make_worker
-from worker.run import EndReason, Requester, RunStatus
+from worker.run import EndReason, Requester, Run, RunStatus
 from worker.runtime import Runtime
+from worker.surface import SilentSurface
 
 MALLORY = Requester(user_id="UMALLORY", team_id="T0001", channel_id="C0001", roles=["everyone"])
 
@@ -110,6 +116,85 @@ def test_a_long_run_stops_before_the_call_that_would_go_past_the_days_cap(redis_
     assert (ended.status, ended.reason) == (RunStatus.PARTIAL, EndReason.COST)
     assert ended.usage.steps == 3 and "your questions today have used $0.06" in ended.detail
     assert spent_today(rt, ALICE.user_id) <= 0.05 + CALL_COST
+
+
+class Streamed(SilentSurface):
+    """A surface the answer is streamed to (so a stream cut midway has an estimated cost)."""
+
+    def answer_stream(self, run: Run) -> Streamed:
+        return self
+
+    def text(self, delta: str) -> None:
+        return None
+
+    def reset(self) -> None:
+        return None
+
+
+def test_a_steps_cost_is_spent_as_it_stops_counting_in_flight_its_failed_attempts_too(
+    redis_conn, model_server
+):
+    """The first attempt's stream is cut after some text (its cost estimated), the second is
+    answered: the day's spend is what the run was charged, both attempts (the failed one as
+    it failed, the answer as the step ended); nothing of the run is left in flight."""
+    model_server.route("cut", Script([priced("It is 5.")], faults={0: Fault(cut_after=3)}))
+    rt = make_runtime(
+        redis_conn, model_server.url, limits=Limits(cost_per_day=5.0), surfaces={"s": Streamed()}
+    )
+    rt.prices = PRICED
+    run = service.submit(rt, "cut, then 2 + 3", ALICE, origin={"surface": "s"})
+    work(rt)
+    ended = rt.store.load(run.id)
+    assert ended.status == RunStatus.COMPLETED and len(model_server.chat_requests) == 2
+    [failed] = [e for e in rt.events.read(run.id) if e.kind == "model_attempt_failed"]
+    assert failed.data["tokens"] == "estimated" and failed.data["cost"] > 0
+    assert ended.usage.cost == pytest.approx(failed.data["cost"] + CALL_COST)
+    assert spent_today(rt, ALICE.user_id) == pytest.approx(ended.usage.cost)
+    largest = float(redis_conn.get(rt.limits._cost_key(ALICE.user_id, "largest")))
+    assert largest == pytest.approx(max(failed.data["cost"], CALL_COST))  # one attempt's
+    assert not redis_conn.exists(rt.limits._cost_key(ALICE.user_id, "calls"))
+
+
+@pytest.mark.parametrize("capped", [True, False])
+def test_a_call_is_on_record_as_started_only_once_it_may_start(
+    redis_conn, model_server, capped: bool
+):
+    """`StepWatch.begin` writes what the step held and the first attempt's start with the
+    call's reservation (cap or no cap, one script); a call refused at the cap, or whose write
+    failed, leaves what was held held, for the run's next save, and no start."""
+    limits = Limits(cost_per_day=0.05) if capped else Limits()
+    rt = make_runtime(redis_conn, model_server.url, limits=limits)
+    calls = rt.limits._cost_key(ALICE.user_id, "calls")
+    run = service.submit(rt, "anything", ALICE)
+    before = [e.kind for e in rt.events.read(run.id)]
+    rt.events.hold(run.id)
+    rt.events.append(run.id, EventKind.POLICY_CHANGED, before="a", after="b")
+    watch = StepWatch(rt, run, step=1, timeout=10.0, max_tokens=100, attempts=3)
+    assert watch.begin() is None
+    [held, started] = rt.events.read(run.id)[len(before) :]
+    assert (held.kind, started.kind) == ("policy_changed", "model_call_started")
+    assert (started.data["attempt"], started.data["attempts"], started.data["step"]) == (1, 3, 1)
+    assert redis_conn.hkeys(calls) == ([run.id.encode()] if capped else [])  # reserved
+    watch.end()
+    assert not redis_conn.exists(calls)
+
+    # Redis cannot be reached: what was held is held again, ahead of what came since
+    rt.events.append(run.id, EventKind.POLICY_CHANGED, before="b", after="c")
+    working = rt.limits
+    unreachable = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    rt.limits = PersonLimits(unreachable, "sb:", limits, stale=600)
+    with pytest.raises(redis.ConnectionError):
+        StepWatch(rt, run, step=2, timeout=10.0, max_tokens=100, attempts=3).begin()
+    rt.limits = working
+    rt.events.append(run.id, EventKind.POLICY_CHANGED, before="c", after="d")
+    if capped:  # the cap is reached: the call does not start, and nothing is written
+        redis_conn.set(rt.limits._cost_key(ALICE.user_id), "0.05")
+        watch = StepWatch(rt, run, step=2, timeout=10.0, max_tokens=100, attempts=3)
+        assert "limit is $0.05 a day" in (watch.begin() or "")
+        assert not redis_conn.exists(calls)
+    assert len(rt.events.read(run.id)) == len(before) + 2
+    kept = [json.loads(body)["after"] for body in rt.events.take(run.id)]
+    assert kept == ["c", "d"]
 
 
 @pytest.mark.slow  # three worker loops in threads, 2 s model calls

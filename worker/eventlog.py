@@ -40,7 +40,7 @@ class EventLog:
         if held is not None:
             held.append(body)
         else:
-            self._push(run_id, [body])
+            self.push(run_id, [body])
 
     def hold(self, run_id: str) -> None:
         """Keep this run's events until `take` or `flush` (the caller holds its lease)."""
@@ -54,18 +54,25 @@ class EventLog:
         self._held[run_id] = []
         return held
 
+    def put_back(self, run_id: str, bodies: list[str]) -> None:
+        """Events `take`n for a write that did not happen: held again, ahead of any held
+        since (nothing, when this process does not keep the run's events)."""
+        if bodies and run_id in self._held:
+            self._held[run_id] = [*bodies, *self._held[run_id]]
+
     def flush(self, run_id: str) -> None:
         """Write the run's kept events now."""
         events = self.take(run_id)
         if events:
-            self._push(run_id, events)
+            self.push(run_id, events)
 
     def release(self, run_id: str) -> None:
         """Write what is left and stop keeping."""
         self.flush(run_id)
         self._held.pop(run_id, None)
 
-    def _push(self, run_id: str, bodies: list[str]) -> None:
+    def push(self, run_id: str, bodies: list[str]) -> None:
+        """Write `bodies` (encoded) to the run's log now; what is held stays held."""
         length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
         if length > MAX_EVENTS_PER_RUN:
             self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)

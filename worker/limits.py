@@ -9,11 +9,13 @@ it first suspends for a person or ends; the next one in that person's line is th
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
 
 from approvals import WAKE_LUA
+from worker.eventlog import MAX_EVENTS_PER_RUN
 from worker.keys import Keys
 
 
@@ -64,42 +66,57 @@ return admitted
 
 
 # KEYS: the day's spend, the calls in flight (hash: run id -> "started|estimate"), the
-# day's largest call.  ARGV: cap, run id, now, stale cutoff.
-# 1: the call may start (and is reserved at the largest call's cost); 0: the cap is reached,
-# or the calls already in flight are expected to reach it (this one would pass it).
+# day's largest call, the run's event log (when there are events).  ARGV: cap (0: none), run
+# id, now, stale cutoff, the most events the log keeps, then events to append when the call
+# may start.
+# 1: the call may start (reserved at the largest call's cost, when there is a cap; its events
+# are in the log); 0: the cap is reached, or the calls already in flight are expected to
+# reach it (this one would pass it); nothing is written then.
 _BEGIN_CALL = """
-local read = redis.call('MGET', KEYS[1], KEYS[3])  -- one command for the two counters
-local spent = tonumber(read[1] or '0')
 local cap = tonumber(ARGV[1])
-if spent >= cap then return 0 end
-local entries = redis.call('HGETALL', KEYS[2])
-local reserved = 0
-local kept = 0
-for i = 1, #entries, 2 do
-  local started, estimate = string.match(entries[i + 1], '^([^|]+)|([^|]+)$')
-  if not started or tonumber(started) < tonumber(ARGV[4]) then
-    redis.call('HDEL', KEYS[2], entries[i])
-  else
-    kept = kept + 1
-    if entries[i] ~= ARGV[2] then reserved = reserved + tonumber(estimate) end
+if cap > 0 then
+  local read = redis.call('MGET', KEYS[1], KEYS[3])  -- one command for the two counters
+  local spent = tonumber(read[1] or '0')
+  if spent >= cap then return 0 end
+  local entries = redis.call('HGETALL', KEYS[2])
+  local reserved = 0
+  local kept = 0
+  for i = 1, #entries, 2 do
+    local started, estimate = string.match(entries[i + 1], '^([^|]+)|([^|]+)$')
+    if not started or tonumber(started) < tonumber(ARGV[4]) then
+      redis.call('HDEL', KEYS[2], entries[i])
+    else
+      kept = kept + 1
+      if entries[i] ~= ARGV[2] then reserved = reserved + tonumber(estimate) end
+    end
+  end
+  if reserved > 0 and spent + reserved >= cap then return 0 end
+  local estimate = read[2] or '0'
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
+  -- a hash that kept an entry still has the time to live it was made with
+  if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
+end
+if #ARGV > 5 then
+  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) > tonumber(ARGV[5]) then
+    redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[5]) - 1)
   end
 end
-if reserved > 0 and spent + reserved >= cap then return 0 end
-local estimate = read[2] or '0'
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
--- a hash that kept an entry still has the time to live it was made with
-if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
 return 1
 """
 
-# KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost.
+# KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost, then the
+# run id when its call is over (it stops counting as in flight as its cost is spent).
 _SPEND = """
-redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], 172800)
-local largest = tonumber(redis.call('GET', KEYS[3]) or '0')
-if tonumber(ARGV[1]) > largest then
-  redis.call('SET', KEYS[3], ARGV[1], 'EX', 172800)
+local cost = tonumber(ARGV[1])
+if cost > 0 then
+  redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+  redis.call('EXPIRE', KEYS[1], 172800)
+  local largest = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if cost > largest then
+    redis.call('SET', KEYS[3], ARGV[1], 'EX', 172800)
+  end
 end
+if ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[2]) end
 return 1
 """
 
@@ -126,28 +143,50 @@ class PersonLimits:
             self._cost_key(user_id, "largest"),
         ]
 
-    def begin_call(self, user_id: str, run_id: str) -> str | None:
+    def begin_call(
+        self, user_id: str, run_id: str, log_key: str = "", events: Sequence[str] = ()
+    ) -> str | None:
         """Just before a model call of `run_id`: None when it may go ahead (it is then held
         as in flight, at the cost of the person's largest call today, until `end_call`),
         else the day's spend in words. Calls of the person's other runs in flight count as
         spent: when they are expected to reach the cap, this one would pass it and does not
         start, so concurrent runs too spend at most one call past the cap (as long as no
-        call costs more than the largest one before it)."""
-        per_day = self.limits.cost_per_day
-        if not per_day:
+        call costs more than the largest one before it).
+
+        `events` (encoded by EventLog) go to the run's log at `log_key` when the call may
+        start, in the same script, cap or no cap: the call is on record as started as it is
+        reserved, in one round trip."""
+        per_day = self.limits.cost_per_day  # read once: a policy reload may change it
+        if not per_day and not events:
             return None
         now = time.time()
         stale = now - self.stale  # a worker that died mid-call stops holding its place
-        if self._begin_call(keys=self._call_keys(user_id), args=[per_day, run_id, now, stale]):
+        keys, args = self._call_keys(user_id), [per_day, run_id, now, stale, MAX_EVENTS_PER_RUN]
+        if events:
+            keys.append(log_key)
+            args += events
+        if self._begin_call(keys=keys, args=args):
             return None
         return self.over_spend(user_id) or (
             f"your questions running now are expected to use the rest of today's "
             f"${per_day:.2f} of model time (UTC)."
         )
 
-    def end_call(self, user_id: str, run_id: str) -> None:
-        """The model call of `run_id` is over (its cost is in the spend by now, if any)."""
-        if self.limits.cost_per_day:
+    def spend(self, user_id: str, cost: float) -> None:
+        """Add what a failed attempt cost to the day's spend (and to the largest call, if it
+        is), while its call goes on."""
+        if self.limits.cost_per_day and cost > 0:
+            self._spend(keys=self._call_keys(user_id), args=[repr(cost)])
+
+    def end_call(self, user_id: str, run_id: str, cost: float = 0.0) -> None:
+        """The model call of `run_id` is over: what its answer cost is added to the day's
+        spend (and is the largest call, if it is) as it stops counting as in flight, in one
+        script."""
+        if not self.limits.cost_per_day:
+            return
+        if cost > 0:
+            self._spend(keys=self._call_keys(user_id), args=[repr(cost), run_id])
+        else:
             self.redis.hdel(self._cost_key(user_id, "calls"), run_id)
 
     def check(self, user_id: str) -> None:
@@ -206,8 +245,3 @@ class PersonLimits:
 
     def waiting(self, user_id: str) -> int:
         return int(self.redis.llen(self.keys.person(user_id, "waiting")))
-
-    def spend(self, user_id: str, cost: float) -> None:
-        """Add a model call's cost to the day's spend (and to the largest call, if it is)."""
-        if cost > 0:
-            self._spend(keys=self._call_keys(user_id), args=[repr(cost)])

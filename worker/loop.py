@@ -26,7 +26,7 @@ from worker.budgets import exhausted
 from worker.events import EventKind
 from worker.library import Demonstration
 from worker.model import ModelError, ModelTurn
-from worker.model_watch import StepWatch, charge
+from worker.model_watch import StepWatch
 from worker.prompt import build_messages
 from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
@@ -149,19 +149,26 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     # the reply's bound: the profile's or the setting, within what the token budget has left
     left = run.budgets.max_tokens - run.usage.tokens  # at least 1: `exhausted` checked it
     max_tokens = max(1, min(profiles.max_tokens(rt, run), left))
-    over = rt.limits.begin_call(run.requester.user_id, run.id)  # the person's day, all runs
-    if over is not None:
-        return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     rt.surface(run).progress(
         run, f"Thinking (step {run.usage.steps + 1} of {run.budgets.max_steps})"
     )
-    watch = StepWatch(rt, run, step=run.usage.steps + 1, timeout=timeout, max_tokens=max_tokens)
+    messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
+    watch = StepWatch(
+        rt,
+        run,
+        step=run.usage.steps + 1,
+        timeout=timeout,
+        max_tokens=max_tokens,
+        attempts=model.attempts,
+    )
+    over = watch.begin()  # the person's day, all runs; the call on record as started
+    if over is not None:
+        return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     try:
-        messages = build_messages(run, demos, demos_as_text=rt.settings.demos_as_text)
         sink = rt.surface(run).answer_stream(run) if rt.settings.stream_answers else None
         asked = time.monotonic()
         turn = model.complete(messages, specs, timeout, sink, max_tokens=max_tokens, watch=watch)
-        record_usage(rt, run, turn)  # spent before the call stops counting as in flight
+        record_usage(rt, run, turn, watch)
         tracing.model_called(model, messages, turn)
     except ModelError as exc:
         run.usage.steps += 1  # a step was made; what its attempts cost is charged (watch)
@@ -173,7 +180,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
             )
         return Finish(RunStatus.PARTIAL, EndReason.MODEL_ERROR, exc.detail)
     finally:
-        rt.limits.end_call(run.requester.user_id, run.id)
+        watch.end()  # what it cost is spent as the call stops counting as in flight
     if turn.refusal:
         return Finish(
             RunStatus.PARTIAL, EndReason.REFUSED, f"the model refused: {turn.refusal[:500]}"
@@ -231,10 +238,10 @@ def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration
     return selector.lookup(run.demos)
 
 
-def record_usage(rt: Runtime, run: Run, turn: ModelTurn) -> None:
+def record_usage(rt: Runtime, run: Run, turn: ModelTurn, watch: StepWatch) -> None:
     usage = run.usage
     usage.steps += 1
-    cost = charge(rt, run, turn.prompt_tokens, turn.completion_tokens)
+    cost = watch.charge(turn.prompt_tokens, turn.completion_tokens)
     metrics.model_called(turn)
     rt.events.append(
         run.id,

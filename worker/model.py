@@ -116,6 +116,11 @@ class Model(Protocol):
 
     model: str
 
+    @property
+    def attempts(self) -> int:
+        """How many times one step is tried at most (the first attempt and the retries)."""
+        ...
+
     def complete(
         self,
         messages: list[dict[str, Any]],
@@ -261,6 +266,10 @@ class ModelClient:
                 body["parallel_tool_calls"] = self.sampling.parallel_tool_calls
         return body
 
+    @property
+    def attempts(self) -> int:
+        return self.max_retries + 1
+
     def complete(
         self,
         messages: list[dict[str, Any]],
@@ -288,7 +297,7 @@ class ModelClient:
     ) -> ModelTurn:
         started = time.monotonic()
         deadline = started + timeout
-        attempts = self.max_retries + 1
+        attempts = self.attempts
         attempt = 0
         while True:
             attempt += 1

@@ -1,11 +1,15 @@
 """A model step while it runs (worker.model.Watch): each attempt recorded in the run's event
 log when it starts and when it fails, not at the end of the step; the status saying how long
-the model has been working; and what failed attempts cost charged to the run.
+the model has been working; and what the step's attempts cost, charged to the run and to the
+person's day (a failed attempt's as it fails, the answer's as the step ends).
 
-The events of a step are normally written with its save (worker/events.py); these are flushed
+The events of a step are normally written with its save (worker/events.py); these are written
 at once, with whatever the step recorded before them (the demonstrations it selected), so a
 person following the run sees the model being asked while it is, and every retry as it
-happens. A worker that stops mid-call leaves `model_call_started` without its outcome; the
+happens. The first attempt's start is written by the script that reserves the call against
+the person's day (worker/limits.py), and the answer's cost by the one that ends it: a model
+call costs Redis two round trips besides its step's save (three before, four when priced;
+issue 28). A worker that stops mid-call leaves `model_call_started` without its outcome; the
 next worker's step starts again with its own.
 """
 
@@ -24,51 +28,82 @@ WAITING = "Waiting for the model (step {step} of {steps}): {seconds:.0f} s of {d
 ATTEMPT = ", attempt {attempt} of {attempts}"
 
 
-def charge(rt: Runtime, run: Run, prompt_tokens: int, completion_tokens: int) -> float:
-    """Count tokens on the run, in the metrics and against the person's day; their cost."""
-    usage = run.usage
-    usage.prompt_tokens += prompt_tokens
-    usage.completion_tokens += completion_tokens
-    cost = rt.prices.cost(run.model, prompt_tokens, completion_tokens)
-    usage.cost = round(usage.cost + cost, 8)
-    metrics.tokens_spent(prompt_tokens, completion_tokens, cost)
-    if rt.settings.limits.cost_per_day:
-        rt.limits.spend(run.requester.user_id, cost)
-    return cost
-
-
 class StepWatch:
-    """One model step of `run`: the `step`-th, with `timeout` seconds for all its attempts."""
+    """One model step of `run`: the `step`-th, with `timeout` seconds for all its attempts,
+    made by a model that tries up to `attempts` times. `begin` before the first attempt,
+    `end` after the last, whatever happened between."""
 
     def __init__(
-        self, rt: Runtime, run: Run, *, step: int, timeout: float, max_tokens: int
+        self, rt: Runtime, run: Run, *, step: int, timeout: float, max_tokens: int, attempts: int
     ) -> None:
         self.rt, self.run = rt, run
         self.step, self.timeout, self.max_tokens = step, timeout, max_tokens
-        self.attempt, self.attempts = 1, 1
+        self.attempt, self.attempts = 1, attempts
         self.started = time.monotonic()
+        self.unspent = 0.0  # charged to the run, not yet to the person's day
+
+    def begin(self) -> str | None:
+        """Reserve the call against the person's day (worker/limits.py) and record its first
+        attempt as started, with the events the step held (the demonstrations it selected),
+        in one write. The day's spend in words when the call may not start; the held events
+        stay held then (or when the write fails), for the run's next save."""
+        rt, run = self.rt, self.run
+        held = rt.events.take(run.id)
+        started = rt.events.encode(EventKind.MODEL_CALL_STARTED, **self._started(1))
+        over: str | None = "not written"
+        try:
+            log_key = rt.events.keys.events(run.id)
+            over = rt.limits.begin_call(run.requester.user_id, run.id, log_key, [*held, started])
+        finally:
+            if over is not None:
+                rt.events.put_back(run.id, held)
+        return over
+
+    def end(self) -> None:
+        """The step's call is over: what its answer cost goes to the person's day as the
+        call stops counting as in flight, in one write."""
+        self.rt.limits.end_call(self.run.requester.user_id, self.run.id, self.unspent)
+        self.unspent = 0.0
+
+    def charge(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """Count tokens on the run and in the metrics; their cost. It counts against the
+        person's day with `end` (a failed attempt's, at once: `attempt_failed`)."""
+        usage = self.run.usage
+        usage.prompt_tokens += prompt_tokens
+        usage.completion_tokens += completion_tokens
+        cost = self.rt.prices.cost(self.run.model, prompt_tokens, completion_tokens)
+        usage.cost = round(usage.cost + cost, 8)
+        metrics.tokens_spent(prompt_tokens, completion_tokens, cost)
+        self.unspent += cost
+        return cost
+
+    def _started(self, attempt: int) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "attempt": attempt,
+            "attempts": self.attempts,
+            "deadline": round(self.timeout, 1),
+            "max_tokens": self.max_tokens,
+            "elapsed": round(time.monotonic() - self.started, 3),  # since the step began
+            "pid": os.getpid(),
+        }
 
     def attempt_started(self, attempt: int, attempts: int) -> None:
+        """A retry is recorded as it starts; the first attempt was, by `begin`."""
         self.attempt, self.attempts = attempt, attempts
-        self.rt.events.append(
-            self.run.id,
-            EventKind.MODEL_CALL_STARTED,
-            step=self.step,
-            attempt=attempt,
-            attempts=attempts,
-            deadline=round(self.timeout, 1),
-            max_tokens=self.max_tokens,
-            elapsed=round(time.monotonic() - self.started, 3),  # since the step began
-            pid=os.getpid(),
-        )
+        if attempt == 1:
+            return
+        self.rt.events.append(self.run.id, EventKind.MODEL_CALL_STARTED, **self._started(attempt))
         self.rt.events.flush(self.run.id)
-        if attempt > 1:  # a retry: the status says so at once
-            self.waiting(time.monotonic() - self.started)
+        self.waiting(time.monotonic() - self.started)  # a retry: the status says so at once
 
     def attempt_failed(
         self, attempt: int, attempts: int, error: ModelError, spent: Spent, seconds: float
     ) -> None:
-        cost = charge(self.rt, self.run, spent.prompt_tokens, spent.completion_tokens)
+        cost = self.charge(spent.prompt_tokens, spent.completion_tokens)
+        # against the person's day now: another run's call checks the cap while this retries
+        self.rt.limits.spend(self.run.requester.user_id, self.unspent)
+        self.unspent = 0.0
         metrics.attempt_failed(spent.known)
         self.rt.events.append(
             self.run.id,
