@@ -17,7 +17,9 @@ wait for the end (Switchboard: three ZMSCORE per poll, the status indexes; RQ: o
 the finished registry per poll) is counted here and left out, as are INFO and CONFIG; what
 the bot sends to submit, and what the worker does meanwhile (heartbeats, the sweeper), is in.
 Printed: commands per run, by command, and the ratio to RQ's per job. Target (issue 28):
-<= 60 commands per run, scripts included.
+<= 60 commands per run, scripts included. Also the requests Redis read (INFO stats'
+`total_reads_processed`): round trips per run, a pipeline or a transaction one, which cost
+the worker CPU as commands inside a script do not.
 
     python bench/bench_redis_commands.py              # ~30 s
     python bench/bench_redis_commands.py --runs 500 --json /tmp/commands.json
@@ -29,6 +31,7 @@ import argparse
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import common
 import redis
@@ -57,11 +60,18 @@ def command_counts(conn: redis.Redis) -> Counter[str]:
     return counts
 
 
+@dataclass
+class Measured:
+    counts: Counter[str]  # calls per command
+    reads: int  # requests Redis read: round trips
+
+
 def measured(
     conn: redis.Redis, start: Callable[[], None], done: Callable[[], bool], own: str, per_poll: int
-) -> Counter[str]:
+) -> Measured:
     """The commands Redis ran from `start()` until `done()`, less the `per_poll` x `own`
-    commands each poll of `done` sent."""
+    commands each poll of `done` sent; and the requests it read (`total_reads_processed`):
+    round trips, a pipeline or a transaction one, less the polls' and the two INFO."""
     conn.config_resetstat()
     start()
     polls = 1
@@ -70,10 +80,11 @@ def measured(
         time.sleep(0.02)
     counts = command_counts(conn)
     counts[own] -= polls * per_poll
-    return +counts  # drops the zero entries
+    reads = int(conn.info("stats")["total_reads_processed"]) - polls - 2
+    return Measured(+counts, reads)  # + drops the zero entries
 
 
-def switchboard_side(rt: Runtime, runs: int) -> Counter[str]:
+def switchboard_side(rt: Runtime, runs: int) -> Measured:
     ids: list[str] = []
     ended_as = (RunStatus.COMPLETED, RunStatus.PARTIAL, RunStatus.FAILED)
     keys = [rt.store.keys.status(s) for s in ended_as]
@@ -87,15 +98,15 @@ def switchboard_side(rt: Runtime, runs: int) -> Counter[str]:
             pipe.zmscore(key, ids)
         return sum(s is not None for scores in pipe.execute() for s in scores) >= len(ids)
 
-    counts = measured(rt.redis, submit, ended, "zmscore", len(keys))
+    seen = measured(rt.redis, submit, ended, "zmscore", len(keys))
     for run_id in ids:
         run = rt.store.load(run_id)
         if run.status != RunStatus.COMPLETED or run.usage.steps != MODEL_CALLS:
             raise SystemExit(f"run {run_id}: {run.status} after {run.usage.steps} steps")
-    return counts
+    return seen
 
 
-def rq_side(conn: redis.Redis, queue: Queue, runs: int) -> Counter[str]:
+def rq_side(conn: redis.Redis, queue: Queue, runs: int) -> Measured:
     def enqueue() -> None:
         for _ in range(runs):
             queue.enqueue_call("bench.common.noop", result_ttl=3600, failure_ttl=3600)
@@ -140,18 +151,21 @@ def main() -> int:
     return 0
 
 
-def report(sb: Counter[str], rq: Counter[str], runs: int, json_path: str | None) -> None:
-    per_run, per_job = sum(sb.values()) / runs, sum(rq.values()) / runs
+def report(sb: Measured, rq: Measured, runs: int, json_path: str | None) -> None:
+    per_run, per_job = sum(sb.counts.values()) / runs, sum(rq.counts.values()) / runs
     row("runs", f"{runs} fee questions ({MODEL_CALLS} model calls, 3 tool calls each)")
     row("Switchboard, per run", f"{per_run:6.1f} commands")
-    for command, calls in sb.most_common(16):
-        row(f"  {command}", f"{calls / runs:6.2f}   (raw RQ {rq.get(command, 0) / runs:5.2f})")
+    for command, calls in sb.counts.most_common(16):
+        share = rq.counts.get(command, 0) / runs
+        row(f"  {command}", f"{calls / runs:6.2f}   (raw RQ {share:5.2f})")
     row("raw RQ, per no-op job", f"{per_job:6.1f} commands")
     row("Switchboard run / RQ job", f"{per_run / per_job:6.2f}x")
+    row("round trips, per run / per job", f"{sb.reads / runs:6.1f} / {rq.reads / runs:.1f}")
     met = common.verdict(per_run <= TARGET)
     print(
         f"RESULT redis commands: {per_run:.1f} per run = {per_run / per_job:.2f}x raw RQ's "
-        f"{per_job:.1f} per no-op job (target <= {TARGET} per run: {met})"
+        f"{per_job:.1f} per no-op job (target <= {TARGET} per run: {met}); "
+        f"{sb.reads / runs:.1f} round trips per run"
     )
     common.dump_json(
         json_path,
@@ -159,8 +173,10 @@ def report(sb: Counter[str], rq: Counter[str], runs: int, json_path: str | None)
             "runs": runs,
             "per_run": per_run,
             "per_rq_job": per_job,
-            "switchboard": dict(sb),
-            "rq": dict(rq),
+            "round_trips_per_run": sb.reads / runs,
+            "round_trips_per_rq_job": rq.reads / runs,
+            "switchboard": dict(sb.counts),
+            "rq": dict(rq.counts),
         },
     )
 
