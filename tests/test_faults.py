@@ -285,6 +285,35 @@ def test_a_run_whose_lease_lapsed_while_redis_stalled_stays_due_for_the_sweeper(
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
 
 
+def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_conn):
+    """The keeper renews all of a process's leases in one script per RENEW_CHUNK of them (a
+    process with 1,000 runs in flight renewed them one command each, too slowly for its busy
+    GIL: leases lapsed and runs were queued again while their worker went on)."""
+    from worker.lease import RENEW_CHUNK, LeaseKeeper
+    from worker.store import RunStore
+
+    store = RunStore(redis_conn)
+    keeper = LeaseKeeper(store, seconds=5.0)
+    leases = [keeper.acquire(f"r{n}") for n in range(RENEW_CHUNK + 3)]  # two scripts
+    held = [(lease.run_id, lease.token) for lease in leases if lease is not None]
+    assert len(held) == RENEW_CHUNK + 3
+    for run_id, _ in held:
+        redis_conn.pexpire(store.keys.lease(run_id), 200)  # about to lapse
+    redis_conn.set(store.keys.lease("r7"), "another-worker")  # lapsed and taken over
+    redis_conn.delete(store.keys.lease(f"r{RENEW_CHUNK + 1}"))  # lapsed, in the second chunk
+    keeper.renew(held)
+    gone = {"r7", f"r{RENEW_CHUNK + 1}"}
+    for run_id, _ in held:
+        if run_id not in gone:
+            assert redis_conn.pttl(store.keys.lease(run_id)) > 4000, run_id
+    assert redis_conn.get(store.keys.lease("r7")) == b"another-worker"  # not touched
+    assert not redis_conn.exists(store.keys.lease(f"r{RENEW_CHUNK + 1}"))  # not made again
+    assert set(keeper.held()) == {run_id for run_id, _ in held} - gone
+    for lease in leases:
+        if lease is not None:
+            lease.release("")
+
+
 def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
     redis_conn, redis_url, model_server, faults, tmp_path
 ):
