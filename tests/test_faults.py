@@ -298,17 +298,20 @@ def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_
     held = [(lease.run_id, lease.token) for lease in leases if lease is not None]
     assert len(held) == RENEW_CHUNK + 3
     for run_id, _ in held:
-        redis_conn.pexpire(store.keys.lease(run_id), 200)  # about to lapse
+        redis_conn.pexpire(store.keys.lease(run_id), 2000)  # about to lapse
     redis_conn.set(store.keys.lease("r7"), "another-worker")  # lapsed and taken over
     redis_conn.delete(store.keys.lease(f"r{RENEW_CHUNK + 1}"))  # lapsed, in the second chunk
+    redis_conn.delete(store.keys.lease("r3"))
+    redis_conn.rpush(store.keys.lease("r3"), "not a lease")  # unreadable: only its own 0
     keeper.renew(held)
-    gone = {"r7", f"r{RENEW_CHUNK + 1}"}
+    gone = {"r3", "r7", f"r{RENEW_CHUNK + 1}"}
     for run_id, _ in held:
         if run_id not in gone:
             assert redis_conn.pttl(store.keys.lease(run_id)) > 4000, run_id
     assert redis_conn.get(store.keys.lease("r7")) == b"another-worker"  # not touched
     assert not redis_conn.exists(store.keys.lease(f"r{RENEW_CHUNK + 1}"))  # not made again
     assert set(keeper.held()) == {run_id for run_id, _ in held} - gone
+    redis_conn.delete(store.keys.lease("r3"))
     for lease in leases:
         if lease is not None:
             lease.release("")

@@ -22,10 +22,11 @@ log = structlog.get_logger(__name__)
 # renewed, or no longer this holder's. One script for all of a beat's leases: one command to
 # pack and one reply to read, so a process busy with many runs renews them in one turn of
 # the GIL, not one per lease (1,000 runs in one process: leases lapsed, runs were re-queued).
+# A key that cannot be read (not a string) is that lease's 0, not the others' failure.
 _RENEW = """
 local renewed = {}
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
+  if redis.pcall('GET', KEYS[i]) == ARGV[i + 1] then
     renewed[i] = redis.call('PEXPIRE', KEYS[i], ARGV[1])
   else
     renewed[i] = 0
@@ -140,9 +141,10 @@ class LeaseKeeper:
             if not held:
                 continue
             self.renew(held)
-            # A beat done a third of a lease late (the process too busy to run this thread:
-            # more runs than its CPU serves) leaves leases near lapsing, and a lapsed one's
-            # run is queued again while its worker goes on: said, with how late.
+            # A beat done a third of a lease late (the process too busy to run this thread,
+            # more runs than its CPU serves; or Redis slow to answer) leaves leases near
+            # lapsing, and a lapsed one's run is queued again while its worker goes on: said,
+            # with how late.
             late = time.monotonic() - due
             if late > every:
                 log.warning("lease_renew_late", seconds=round(late, 2), runs=len(held))
