@@ -40,7 +40,7 @@ class EventLog:
         if held is not None:
             held.append(body)
         else:
-            self.push(run_id, [body])
+            self._push(run_id, [body])
 
     def hold(self, run_id: str) -> None:
         """Keep this run's events until `take` or `flush` (the caller holds its lease)."""
@@ -64,15 +64,14 @@ class EventLog:
         """Write the run's kept events now."""
         events = self.take(run_id)
         if events:
-            self.push(run_id, events)
+            self._push(run_id, events)
 
     def release(self, run_id: str) -> None:
         """Write what is left and stop keeping."""
         self.flush(run_id)
         self._held.pop(run_id, None)
 
-    def push(self, run_id: str, bodies: list[str]) -> None:
-        """Write `bodies` (encoded) to the run's log now; what is held stays held."""
+    def _push(self, run_id: str, bodies: list[str]) -> None:
         length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
         if length > MAX_EVENTS_PER_RUN:
             self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)
