@@ -18,6 +18,7 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 from tests.fakes import slack_server
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, ToolCall, Turn, embed
 from tests.fakes.slack_server import FakeSlack
+from tests.support.runtime import wait_until
 
 # ---------------------------------------------------------------------------------------
 # FakeOpenAI
@@ -278,6 +279,8 @@ def test_the_fake_counts_the_most_chat_requests_it_answered_at_once(
         thread.start()
     for thread in threads:
         thread.join()
+    # the clients have their replies; the server may not have closed the last request yet
+    wait_until(lambda: openai_fake.chats_open == 0, what="the fake to close its requests")
     assert openai_fake.take_peak_chats() == 3
     assert openai_fake.take_peak_chats() == 0  # none open now: the count starts again
     openai_fake.script = ["quick"]

@@ -630,6 +630,13 @@ class FakeOpenAI(FakeServer[Request]):
             peak, self._chats_peak = self._chats_peak, self._chats_open
             return peak
 
+    @property
+    def chats_open(self) -> int:
+        """Chat requests being answered now (a reply's last byte may reach its client before
+        the request is counted closed here)."""
+        with self._cond:
+            return self._chats_open
+
     @contextlib.contextmanager
     def _chat_open(self) -> Iterator[None]:
         with self._cond:
