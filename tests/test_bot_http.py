@@ -98,6 +98,8 @@ def test_a_good_signature_still_gets_through(served: BotEnv) -> None:
     status, _, _ = post(served, body, signed(body))
     assert status == 200
     served.wait_for_runs(1)
+    # the run is created before its job is queued: the tests after this one count the queue
+    wait_until(lambda: served.rt.queue.count == 1, what="the run's job in the queue")
 
 
 timestamps = st.one_of(
