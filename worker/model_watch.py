@@ -50,12 +50,13 @@ class StepWatch:
         rt, run = self.rt, self.run
         held = rt.events.take(run.id)
         started = rt.events.encode(EventKind.MODEL_CALL_STARTED, **self._started(1))
-        over: str | None = "not written"
+        written = False
         try:
             log_key = rt.events.keys.events(run.id)
             over = rt.limits.begin_call(run.requester.user_id, run.id, log_key, [*held, started])
+            written = over is None
         finally:
-            if over is not None:
+            if not written:
                 rt.events.put_back(run.id, held)
         return over
 
