@@ -155,4 +155,5 @@ def test_the_last_process_stops_the_embedded_redis_without_backing_off(tmp_path,
     monkeypatch.setattr(redis.retry, "sleep", waits.append)  # its backoff between retries
     redisconn._leave(server)
     assert waits == []
-    wait_until(lambda: not pid_running(pid), what="the embedded Redis to stop")
+    assert not pid_running(pid)  # `_leave` returns once the server has stopped
+    assert not Path(server.redis_dir).exists()  # and its temporary folder is gone
