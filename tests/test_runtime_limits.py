@@ -307,14 +307,28 @@ def test_the_calls_in_flight_keep_a_time_to_live_however_their_entries_come_and_
     # less per model call); a hash whose entries all went stale is such a hash too.
     limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
     calls = limits._call_keys("U1")[1]
-    assert limits.begin_call("U1", "r1") is None
+    assert limits.begin_call("U1", "r1").over is None
     assert 0 < redis_conn.ttl(calls) <= 172800
     redis_conn.expire(calls, 60)
-    assert limits.begin_call("U1", "r2") is None  # another entry is kept: its TTL stays
+    assert limits.begin_call("U1", "r2").over is None  # another entry is kept: its TTL stays
     assert 0 < redis_conn.ttl(calls) <= 60
     redis_conn.persist(calls)
     redis_conn.hset(calls, mapping={"r1": "1|0", "r2": "1|0"})  # stale long ago
-    assert limits.begin_call("U1", "r3") is None
+    assert limits.begin_call("U1", "r3").over is None
     assert redis_conn.hkeys(calls) == [b"r3"] and 0 < redis_conn.ttl(calls) <= 172800
-    limits.end_call("U1", "r3")
+    limits.end_call("U1", "r3", 0.0, reserved=True)
+    assert not redis_conn.exists(calls)
+
+
+def test_a_call_reserved_under_a_cap_is_ended_after_a_reload_removed_the_cap(redis_conn):
+    limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
+    calls = limits._call_keys("U1")[1]
+    started = limits.begin_call("U1", "r1")
+    assert started.over is None and started.reserved and redis_conn.hkeys(calls) == [b"r1"]
+    limits.limits = Limits()  # the policy reloaded without a cap, mid-call
+    limits.end_call("U1", "r1", 0.0, reserved=started.reserved)
+    assert not redis_conn.exists(calls)
+    # without a cap, nothing is reserved, and ending the call writes nothing
+    assert limits.begin_call("U1", "r2") == (None, False)
+    limits.end_call("U1", "r2", 0.0, reserved=False)
     assert not redis_conn.exists(calls)

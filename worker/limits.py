@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import redis
 
@@ -26,6 +27,13 @@ class Limits:
     runs_in_flight: int = 0
     runs_per_minute: int = 0
     cost_per_day: float = 0.0
+
+
+class CallStart(NamedTuple):
+    """What `PersonLimits.begin_call` decided about a model call."""
+
+    over: str | None  # the day's spend in words when the call may not start; else None
+    reserved: bool  # held as in flight: `end_call` ends it, even if the cap is gone by then
 
 
 class LimitExceeded(Exception):
@@ -145,20 +153,20 @@ class PersonLimits:
 
     def begin_call(
         self, user_id: str, run_id: str, log_key: str = "", events: Sequence[str] = ()
-    ) -> str | None:
-        """Just before a model call of `run_id`: None when it may go ahead (it is then held
-        as in flight, at the cost of the person's largest call today, until `end_call`),
-        else the day's spend in words. Calls of the person's other runs in flight count as
-        spent: when they are expected to reach the cap, this one would pass it and does not
-        start, so concurrent runs too spend at most one call past the cap (as long as no
-        call costs more than the largest one before it).
+    ) -> CallStart:
+        """Just before a model call of `run_id`: whether it may go ahead (with a cap, it is
+        then held as in flight, at the cost of the person's largest call today, until
+        `end_call`), or the day's spend in words. Calls of the person's other runs in flight
+        count as spent: when they are expected to reach the cap, this one would pass it and
+        does not start, so concurrent runs too spend at most one call past the cap (as long
+        as no call costs more than the largest one before it).
 
         `events` (encoded by EventLog) go to the run's log at `log_key` when the call may
         start, in the same script, cap or no cap: the call is on record as started as it is
         reserved, in one round trip."""
         per_day = self.limits.cost_per_day  # read once: a policy reload may change it
         if not per_day and not events:
-            return None
+            return CallStart(None, reserved=False)
         now = time.time()
         stale = now - self.stale  # a worker that died mid-call stops holding its place
         keys, args = self._call_keys(user_id), [per_day, run_id, now, stale, MAX_EVENTS_PER_RUN]
@@ -166,11 +174,12 @@ class PersonLimits:
             keys.append(log_key)
             args += events
         if self._begin_call(keys=keys, args=args):
-            return None
-        return self.over_spend(user_id) or (
+            return CallStart(None, reserved=per_day > 0)
+        over = self.over_spend(user_id) or (
             f"your questions running now are expected to use the rest of today's "
             f"${per_day:.2f} of model time (UTC)."
         )
+        return CallStart(over, reserved=False)
 
     def spend(self, user_id: str, cost: float) -> None:
         """Add what a failed attempt cost to the day's spend (and to the largest call, if it
@@ -178,11 +187,13 @@ class PersonLimits:
         if self.limits.cost_per_day and cost > 0:
             self._spend(keys=self._call_keys(user_id), args=[repr(cost)])
 
-    def end_call(self, user_id: str, run_id: str, cost: float = 0.0) -> None:
+    def end_call(self, user_id: str, run_id: str, cost: float, *, reserved: bool) -> None:
         """The model call of `run_id` is over: what its answer cost is added to the day's
         spend (and is the largest call, if it is) as it stops counting as in flight, in one
-        script."""
-        if not self.limits.cost_per_day:
+        script. A call `begin_call` `reserved` is ended even if a policy reload removed the
+        cap meanwhile: its place would otherwise count against the person until it went
+        stale, should the cap come back."""
+        if not (reserved or self.limits.cost_per_day):
             return
         if cost > 0:
             self._spend(keys=self._call_keys(user_id), args=[repr(cost), run_id])

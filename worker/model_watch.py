@@ -41,6 +41,7 @@ class StepWatch:
         self.attempt, self.attempts = 1, attempts
         self.started = time.monotonic()
         self.unspent = 0.0  # charged to the run, not yet to the person's day
+        self.reserved = False  # held as in flight against the person's day, until `end`
 
     def begin(self) -> str | None:
         """Reserve the call against the person's day (worker/limits.py) and record its first
@@ -53,18 +54,19 @@ class StepWatch:
         written = False
         try:
             log_key = rt.events.keys.events(run.id)
-            over = rt.limits.begin_call(run.requester.user_id, run.id, log_key, [*held, started])
-            written = over is None
+            call = rt.limits.begin_call(run.requester.user_id, run.id, log_key, [*held, started])
+            written, self.reserved = call.over is None, call.reserved
         finally:
             if not written:
                 rt.events.put_back(run.id, held)
-        return over
+        return call.over
 
     def end(self) -> None:
         """The step's call is over: what its answer cost goes to the person's day as the
         call stops counting as in flight, in one write."""
-        self.rt.limits.end_call(self.run.requester.user_id, self.run.id, self.unspent)
-        self.unspent = 0.0
+        user_id = self.run.requester.user_id
+        self.rt.limits.end_call(user_id, self.run.id, self.unspent, reserved=self.reserved)
+        self.unspent, self.reserved = 0.0, False
 
     def charge(self, prompt_tokens: int, completion_tokens: int) -> float:
         """Count tokens on the run and in the metrics; their cost. It counts against the
