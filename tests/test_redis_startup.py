@@ -93,14 +93,15 @@ passwords = st.text(
 @given(password=passwords, user=st.sampled_from(["", "default", "app"]))
 def test_a_logged_url_never_carries_its_password(password, user):
     secret = quote(password, safe="")
-    for url in (
-        f"redis://{user}:{secret}@host:6379/0",
-        f"rediss://{user}:{secret}@host/0?ssl_ca_certs=/ca.pem",
-        f"unix:///run/redis.sock?db=0&password={secret}",
-        f"redis://host:6379/0?password={secret}&db=1",
+    for template in (
+        f"redis://{user}:{{}}@host:6379/0",
+        f"rediss://{user}:{{}}@host/0?ssl_ca_certs=/ca.pem",
+        "unix:///run/redis.sock?db=0&password={}",
+        "redis://host:6379/0?password={}&db=1",
     ):
-        rest = url.replace(secret, "")
-        assume(secret not in rest and password not in rest)  # it would show for other reasons
+        url, rest = template.format(secret), template.format("")
+        # it would show for other reasons (the password "rediss" in "rediss://": found once)
+        assume(secret not in rest and password not in rest)
         shown = redact_url(url)
         assert secret not in shown and password not in shown, (url, shown)
 
