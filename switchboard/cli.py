@@ -59,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    if argv is None and args.verb == "worker":  # a process of its own, not a caller's
+        from worker.memory import reexec_with_tunables
+
+        reexec_with_tunables()  # its allocator set up for many threads (worker/memory.py)
     return run(args)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from switchboard import redisconn
+from tests.support.processes import WorkerProcess, worker_env
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
 from worker import memory, service
 from worker.process import serve
@@ -139,3 +140,48 @@ def test_every_connection_reads_into_a_small_buffer(redis_url):
         for c in held:
             conn.connection_pool.release(c)
         conn.close()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.decode().partition("=") for item in f.read().split(b"\0") if item]
+    return {k: v for k, _, v in pairs}
+
+
+@glibc
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (None, "glibc.malloc.tcache_count=0"),
+        ("glibc.malloc.tcache_count=7", "glibc.malloc.tcache_count=7"),  # the operator's
+    ],
+)  # (glibc cuts the value it parsed at its first ':' in /proc/PID/environ: one tunable here)
+def test_a_worker_process_runs_without_the_threads_malloc_caches(
+    given, expected, redis_url, model_server, tmp_path
+):
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    env.pop("GLIBC_TUNABLES", None)
+    if given is not None:
+        env["GLIBC_TUNABLES"] = given
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(env, log)
+    try:
+        wait_until(lambda: "worker_started" in log.read_text(), what="the worker's start")
+        # the same process (its supervisor's child, its PID), started again with the setting
+        assert worker.proc.poll() is None
+        assert _environ(worker.pid).get("GLIBC_TUNABLES") == expected
+    finally:
+        worker.stop()
+
+
+def test_the_setting_is_added_once_and_an_operators_choice_is_kept():
+    tuned = memory.tuned_environment({"PATH": "/bin"})
+    if not memory.available():
+        assert tuned is None
+        return
+    assert tuned == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+    assert memory.tuned_environment(tuned) is None  # no second start
+    kept = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count_x=1"}  # not the same tunable
+    assert memory.tuned_environment(kept) == {
+        "GLIBC_TUNABLES": "glibc.malloc.tcache_count_x=1:glibc.malloc.tcache_count=0"
+    }
