@@ -52,6 +52,12 @@ GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "-v": "verbose"}
 
 def main(argv: Sequence[str] | None = None) -> int:
     flags, rest = _global_flags(sys.argv[1:] if argv is None else list(argv))
+    if argv is None and _verb_in(rest) == "worker" and not {"-h", "--help"} & set(rest):
+        from worker.memory import reexec_with_tunables
+
+        # before the imports of its parser and runtime: a process of its own, not a
+        # caller's, with its allocator set up for many threads (worker/memory.py)
+        reexec_with_tunables()
     parser = build_parser(_verb_in(rest))
     args = parser.parse_args(rest)
     args.debug, args.verbose = "debug" in flags, "verbose" in flags
@@ -59,10 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    if argv is None and args.verb == "worker":  # a process of its own, not a caller's
-        from worker.memory import reexec_with_tunables
-
-        reexec_with_tunables()  # its allocator set up for many threads (worker/memory.py)
     return run(args)
 
 

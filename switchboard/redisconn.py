@@ -240,6 +240,7 @@ def _leave(server: Any) -> None:
         # (`switchboard runs list`: 5.9 s, 1.8 s without). Whether it stopped is told by its
         # process instead; a save slower than the client's read timeout is waited for too.
         server.set_retry(Retry(NoBackoff(), 0))
+        pid = server.pid  # read before: Redis removes its pid file as it stops
         with contextlib.suppress(redis.TimeoutError):
             server.shutdown(save=True)  # the AOF is synced; plain SHUTDOWN, as Redis 6.2 has it
     except redis.ConnectionError:
@@ -248,9 +249,9 @@ def _leave(server: Any) -> None:
         log.warning("embedded_redis_not_stopped", error=str(exc))
         return
     deadline = time.monotonic() + SHUTDOWN_WAIT
-    while server.pid and pid_running(server.pid):
+    while pid and pid_running(pid):
         if time.monotonic() > deadline:
-            log.warning("embedded_redis_not_stopped", error="still saving", pid=server.pid)
+            log.warning("embedded_redis_not_stopped", error="still saving", pid=pid)
             return
         time.sleep(0.02)
     log.debug("embedded_redis_stopped")

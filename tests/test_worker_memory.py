@@ -164,12 +164,16 @@ def test_a_worker_process_runs_without_the_threads_malloc_caches(
     if given is not None:
         env["GLIBC_TUNABLES"] = given
     log = tmp_path / "worker.log"
-    worker = WorkerProcess(env, log)
+    worker = WorkerProcess(env, log, "--concurrency", "3")
     try:
         wait_until(lambda: "worker_started" in log.read_text(), what="the worker's start")
         # the same process (its supervisor's child, its PID), started again with the setting
+        # and its arguments
         assert worker.proc.poll() is None
         assert _environ(worker.pid).get("GLIBC_TUNABLES") == expected
+        with open(f"/proc/{worker.pid}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[-3:-1] == [b"--concurrency", b"3"]
+        assert '"concurrency": 3' in log.read_text()
     finally:
         worker.stop()
 
@@ -181,7 +185,27 @@ def test_the_setting_is_added_once_and_an_operators_choice_is_kept():
         return
     assert tuned == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
     assert memory.tuned_environment(tuned) is None  # no second start
+    for theirs in (
+        "glibc.malloc.tcache_count=7",
+        "glibc.malloc.arena_max=2:glibc.malloc.tcache_count=7",
+    ):
+        assert memory.tuned_environment({"GLIBC_TUNABLES": theirs}) is None
     kept = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count_x=1"}  # not the same tunable
     assert memory.tuned_environment(kept) == {
         "GLIBC_TUNABLES": "glibc.malloc.tcache_count_x=1:glibc.malloc.tcache_count=0"
     }
+
+
+@pytest.mark.parametrize("given", ["", "glibc.malloc.arena_max=2"])
+def test_the_process_started_again_gives_its_children_the_environment_it_was_given(
+    given, monkeypatch
+):
+    # as `reexec_with_tunables` leaves it for the process it starts again: glibc has read
+    # the setting by then; what this process starts (the embedded Redis, tools) should not
+    monkeypatch.setenv(
+        "GLIBC_TUNABLES", (given + ":" if given else "") + "glibc.malloc.tcache_count=0"
+    )
+    monkeypatch.setenv(memory.GIVEN, given)
+    memory.reexec_with_tunables()  # returns: it is the process started again
+    assert os.environ.get("GLIBC_TUNABLES") == (given or None)
+    assert memory.GIVEN not in os.environ

@@ -181,10 +181,11 @@ class PersonLimits:
         )
         return CallStart(over, reserved=False)
 
-    def spend(self, user_id: str, cost: float) -> None:
+    def spend(self, user_id: str, cost: float, *, reserved: bool) -> None:
         """Add what a failed attempt cost to the day's spend (and to the largest call, if it
-        is), while its call goes on."""
-        if self.limits.cost_per_day and cost > 0:
+        is), while its call goes on; as `end_call`, for a call `reserved` under a cap even if
+        the cap is gone since."""
+        if (reserved or self.limits.cost_per_day) and cost > 0:
             self._spend(keys=self._call_keys(user_id), args=[repr(cost)])
 
     def end_call(self, user_id: str, run_id: str, cost: float, *, reserved: bool) -> None:

@@ -28,7 +28,9 @@ more than the slope. Part of what still grew was a pool of tool threads that onl
   call), +17.7, +6.4, +2.1, +3.2 MiB a burst with the caches, +6.6, +4.1, +0.2, +0.3 without,
   and 262.7 against 216.8 MiB after the fifth; worker CPU per run within the noise of two
   pairs. glibc reads the setting only as a process starts, so `switchboard worker` starts
-  itself again (same PID, same arguments) with it in GLIBC_TUNABLES, once.
+  itself again (same PID, same arguments) with it in GLIBC_TUNABLES, once; the started
+  process puts back the GLIBC_TUNABLES it was given, so its children (the embedded Redis,
+  RQ's scheduler, tools) start as the operator set them.
 
 All are glibc's; elsewhere (musl, macOS) they do nothing and say so (False).
 """
@@ -52,6 +54,7 @@ MIN_INTERVAL = 1.0  # seconds between two releases, however often the process go
 _M_ARENA_MAX = -8  # glibc's malloc.h
 TCACHE = "glibc.malloc.tcache_count"
 TUNABLES = "GLIBC_TUNABLES"
+GIVEN = "SWITCHBOARD_GLIBC_TUNABLES_GIVEN"  # what the process was started with, to put back
 
 
 @functools.cache
@@ -97,16 +100,26 @@ def tuned_environment(environ: Mapping[str, str]) -> dict[str, str] | None:
 
 def reexec_with_tunables() -> None:
     """Start this process again, same PID and command line, in `tuned_environment`; returns
-    only when there is nothing to change or it could not."""
-    environ = tuned_environment(os.environ)
-    if environ is None:
+    when there is nothing to change, it could not, or it is the process started again (which
+    then puts back the GLIBC_TUNABLES it was given: glibc has read the setting)."""
+    if GIVEN in os.environ:
+        given = os.environ.pop(GIVEN)
+        if given:
+            os.environ[TUNABLES] = given
+        else:
+            os.environ.pop(TUNABLES, None)
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
+    environ = tuned_environment(os.environ)
+    if environ is None or sys.gettrace() is not None or sys.orig_argv[1:2] == ["-"]:
+        return  # under a debugger (it would lose its session) or a script read from stdin
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    environ[GIVEN] = os.environ.get(TUNABLES, "")
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
     except OSError as exc:  # goes on as it is: only its memory is affected
-        log.warning("worker_reexec_failed", error=str(exc))
+        print(f"switchboard: could not start again with {TCACHE}=0: {exc}", file=sys.stderr)
 
 
 def trim() -> bool:

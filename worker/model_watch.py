@@ -105,7 +105,7 @@ class StepWatch:
     ) -> None:
         cost = self.charge(spent.prompt_tokens, spent.completion_tokens)
         # against the person's day now: another run's call checks the cap while this retries
-        self.rt.limits.spend(self.run.requester.user_id, self.unspent)
+        self.rt.limits.spend(self.run.requester.user_id, self.unspent, reserved=self.reserved)
         self.unspent = 0.0
         metrics.attempt_failed(spent.known)
         self.rt.events.append(
