@@ -27,6 +27,7 @@ from worker import service
 from worker.budgets import PriceTable
 from worker.events import EventKind
 from worker.limits import Limits, PersonLimits
+from worker.model import ModelError, Spent
 from worker.model_watch import StepWatch
 from worker.process import make_worker
 from worker.run import EndReason, Requester, Run, RunStatus
@@ -331,4 +332,24 @@ def test_a_call_reserved_under_a_cap_is_ended_after_a_reload_removed_the_cap(red
     # without a cap, nothing is reserved, and ending the call writes nothing
     assert limits.begin_call("U1", "r2") == (None, False)
     limits.end_call("U1", "r2", 0.0, reserved=False)
+    assert not redis_conn.exists(calls)
+
+
+def test_a_step_reserved_under_a_cap_is_charged_and_ended_after_a_reload_removed_it(
+    redis_conn, model_server
+):
+    """A policy reload drops the cap while the model works: the step's failed attempt and
+    its answer still count against the day, and its place in flight still ends."""
+    rt = make_runtime(redis_conn, model_server.url, limits=Limits(cost_per_day=5.0))
+    rt.prices = PRICED
+    calls = rt.limits._cost_key(ALICE.user_id, "calls")
+    run = service.submit(rt, "anything", ALICE)
+    watch = StepWatch(rt, run, step=1, timeout=10.0, max_tokens=100, attempts=3)
+    assert watch.begin() is None and redis_conn.hkeys(calls) == [run.id.encode()]
+    rt.limits.limits = Limits()  # the reload, mid-call
+    watch.attempt_failed(1, 3, ModelError("cut"), Spent(1000, 0, "estimated"), 1.0)
+    assert spent_today(rt, ALICE.user_id) == pytest.approx(CALL_COST)
+    watch.charge(1000, 0)
+    watch.end()
+    assert spent_today(rt, ALICE.user_id) == pytest.approx(2 * CALL_COST) == run.usage.cost
     assert not redis_conn.exists(calls)
