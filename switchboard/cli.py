@@ -52,16 +52,17 @@ GLOBAL_FLAGS = {"--debug": "debug", "--verbose": "verbose", "-v": "verbose"}
 
 def main(argv: Sequence[str] | None = None) -> int:
     flags, rest = _global_flags(sys.argv[1:] if argv is None else list(argv))
-    if argv is None and _verb_in(rest) == "worker" and not {"-h", "--help"} & set(rest):
+    verb = _verb_in(rest)
+    if argv is None and verb == "worker" and not {"-h", "--help"} & set(rest):
         from worker.memory import reexec_with_tunables
 
         # before the imports of its parser and runtime: a process of its own, not a
         # caller's, with its allocator set up for many threads (worker/memory.py)
         reexec_with_tunables()
-    parser = build_parser(_verb_in(rest))
+    parser = build_parser(verb)
     args = parser.parse_args(rest)
     args.debug, args.verbose = "debug" in flags, "verbose" in flags
-    args.verb = _verb_in(rest)
+    args.verb = verb
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

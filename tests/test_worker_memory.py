@@ -9,6 +9,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
+import psutil
 import pytest
 
 from switchboard import redisconn
@@ -142,12 +143,6 @@ def test_every_connection_reads_into_a_small_buffer(redis_url):
         conn.close()
 
 
-def _environ(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        pairs = [item.decode().partition("=") for item in f.read().split(b"\0") if item]
-    return {k: v for k, _, v in pairs}
-
-
 @glibc
 @pytest.mark.parametrize(
     ("given", "expected"),
@@ -170,7 +165,7 @@ def test_a_worker_process_runs_without_the_threads_malloc_caches(
         # the same process (its supervisor's child, its PID), started again with the setting
         # and its arguments
         assert worker.proc.poll() is None
-        assert _environ(worker.pid).get("GLIBC_TUNABLES") == expected
+        assert psutil.Process(worker.pid).environ().get("GLIBC_TUNABLES") == expected
         with open(f"/proc/{worker.pid}/cmdline", "rb") as f:
             assert f.read().split(b"\0")[-3:-1] == [b"--concurrency", b"3"]
         assert '"concurrency": 3' in log.read_text()
