@@ -98,10 +98,11 @@ def offer_connection(rt: Runtime, run: Run, call: Call, observation: Observation
 
 def run_reads(rt: Runtime, run: Run, calls: list[Call]) -> None:
     """Run the turn's read calls concurrently; each has its own timeout and output cap. The
-    first is waited for in this thread, each other one in a thread started for it, which
-    ends with it (every call's handler runs in a thread of its own: tools/execute.py). Most
-    turns ask for one call, which then costs no thread hand-over; a process keeps no pool
-    of threads that would only grow with the largest turn it has seen."""
+    first is waited for in this thread, each other one in a thread of its own (every call's
+    handler runs in a thread of its own: tools/execute.py). Most turns ask for one call,
+    which then costs no thread hand-over; a process keeps no pool of threads that would
+    only grow with the largest turn it has seen: one kept thread per slot at most
+    (tools/threads.py), the others end with their call."""
     if not calls:
         return
     names = ", ".join(sorted({c.name for c in calls}))

@@ -19,7 +19,9 @@ Measured together (workers' RSS at rest, bursts 5 -> 30): 149.8 -> 156.0 MiB bef
 140.1 -> 143.1 MiB after (+0.9 MiB over the last 10 bursts). Either alone lowers the level
 more than the slope. Part of what still grew was a pool of tool threads that only grew (168
 -> 193 threads over those bursts); tool calls now use threads that end with them
-(worker/executor.py `run_reads`): 138.0 -> 140.1 MiB over bursts 5 to 30.
+(worker/executor.py `run_reads`): 138.0 -> 140.1 MiB over bursts 5 to 30. A slot now hands
+its calls to one kept thread, which ends after 0.5 s idle (tools/threads.py): at most one per
+slot during a burst, none at rest.
 
 - `reexec_with_tunables`: glibc gives every thread a cache of the chunks it freed (tcache: up
   to 7 of each of 64 sizes), which count as in use, so neither another thread nor `trim`
