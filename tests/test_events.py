@@ -64,3 +64,34 @@ def test_a_held_runs_events_are_written_with_its_save_and_never_lost_on_release(
         "handed_back",
         "approval_decided",
     ]
+
+
+def test_a_log_filled_by_a_save_or_a_model_calls_start_is_capped_and_said(redis_conn, monkeypatch):
+    """The save and the script that reserves a model call write events too: a full log is
+    trimmed there as by `append`, and said (`event_log_full`), not dropped in silence."""
+    from structlog.testing import capture_logs
+
+    from worker import limits as limits_module
+    from worker import store as store_module
+    from worker.limits import Limits, PersonLimits
+    from worker.run import Requester, Run
+    from worker.store import RunStore
+
+    monkeypatch.setattr(store_module, "MAX_EVENTS_PER_RUN", 3)
+    monkeypatch.setattr(limits_module, "MAX_EVENTS_PER_RUN", 3)
+    store, log = RunStore(redis_conn), EventLog(redis_conn)
+    limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=60)
+    run = Run(id="r5", question="q", requester=Requester(user_id="U1"))
+    store.create(run)
+    encode = EventLog.encode
+    with capture_logs() as said:
+        store.save(run, events=[encode(EventKind.MODEL_CALL, n=n) for n in range(3)])
+        assert not said  # exactly full is not over
+        store.save(run, events=[encode(EventKind.MODEL_CALL, n=3)])
+        assert [s["event"] for s in said] == ["event_log_full"] and said[0]["run_id"] == "r5"
+        start = limits.begin_call(
+            "U1", run.id, store.keys.events(run.id), [encode(EventKind.MODEL_CALL, n=4)]
+        )
+        assert start.over is None and start.reserved  # the call goes ahead all the same
+        assert [s["event"] for s in said] == ["event_log_full"] * 2
+    assert [e.data["n"] for e in log.read(run.id)] == [0, 1, 2]

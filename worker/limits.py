@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import redis
+import structlog
 
 from approvals import WAKE_LUA
 from worker.eventlog import MAX_EVENTS_PER_RUN
 from worker.keys import Keys
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ return admitted
 # id, now, stale cutoff, the most events the log keeps, then events to append when the call
 # may start.
 # 1: the call may start (reserved at the largest call's cost, when there is a cap; its events
-# are in the log); 0: the cap is reached, or the calls already in flight are expected to
+# are in the log); 2: the same, but the log was full and its newest events were dropped; 0:
+# the cap is reached, or the calls already in flight are expected to
 # reach it (this one would pass it); nothing is written then.
 _BEGIN_CALL = """
 local cap = tonumber(ARGV[1])
@@ -107,6 +111,7 @@ end
 if #ARGV > 5 then
   if redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) > tonumber(ARGV[5]) then
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[5]) - 1)
+    return 2
   end
 end
 return 1
@@ -173,7 +178,10 @@ class PersonLimits:
         if events:
             keys.append(log_key)
             args += events
-        if self._begin_call(keys=keys, args=args):
+        started = self._begin_call(keys=keys, args=args)
+        if started:
+            if started == 2:
+                log.warning("event_log_full", run_id=run_id)
             return CallStart(None, reserved=per_day > 0)
         over = self.over_spend(user_id) or (
             f"your questions running now are expected to use the rest of today's "

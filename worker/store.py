@@ -20,8 +20,9 @@ from worker.run import Run, RunSchemaError, RunStatus, migrate
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
 # events the log keeps, then events to append.
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite.
-# Returns 0 when fenced off, else {1, who asked to cancel the run or false}: the loop learns of
-# a cancellation from its own save instead of asking at every step.
+# Returns 0 when fenced off, else {1, who asked to cancel the run or false, 1 when the event log
+# was full and its newest events were dropped, else 0}: the loop learns of a cancellation from
+# its own save instead of asking at every step.
 _SAVE = """
 -- the lease and the cancel mark in one read (a command fewer than two GETs, at every save)
 local marks = redis.call('MGET', KEYS[2], KEYS[5])
@@ -52,13 +53,15 @@ if ttl > 0 then
 else
   redis.call('SET', KEYS[1], ARGV[2])
 end
+local full = 0
 if #ARGV > 6 then
   if redis.call('RPUSH', KEYS[4], unpack(ARGV, 7)) > tonumber(ARGV[6]) then
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
+    full = 1
   end
 end
 if ttl > 0 then redis.call('EXPIRE', KEYS[4], ttl) end
-return {1, marks[2]}
+return {1, marks[2], full}
 """
 
 _WAKE = WAKE_LUA + "\nwake(KEYS[1], ARGV[1])\nreturn 1\n"
@@ -167,6 +170,8 @@ class RunStore:
         )
         if not saved:
             raise LeaseLost(run.id)
+        if saved[2]:
+            log.warning("event_log_full", run_id=run.id)
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
 
