@@ -22,6 +22,13 @@ T = TypeVar("T")
 who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
 
 
+@pytest.fixture(autouse=True)
+def spares_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spares do not end idle here (a loaded machine may pause a case longer than the 0.5 s
+    of production), except where a case sets its own idle time."""
+    monkeypatch.setattr(threads, "IDLE_SECONDS", 60.0)
+
+
 def ran(call: InThread[T]) -> T:
     assert call.done.wait(10)
     return call.result()
@@ -120,18 +127,21 @@ def test_an_on_end_that_raises_is_reported_and_the_kept_thread_serves_on_then_en
     finally:
         threading.excepthook = before
     assert reported == [ZeroDivisionError]
-    until(lambda: not kept[0].is_alive())  # the report let go of the call and its spare
+    until(lambda: not kept[0].is_alive(), timeout=5)  # the report let go of call and spare
 
 
 def test_the_kept_thread_ends_with_the_thread_that_kept_it() -> None:
     kept: list[threading.Thread] = []
     in_a_thread(lambda: kept.append(ran(InThread(threading.current_thread, "c"))))
 
-    until(lambda: not kept[0].is_alive())
+    until(lambda: not kept[0].is_alive(), timeout=5)  # not idle long enough to end for that
 
 
-def test_an_idle_spare_ends_and_the_next_call_gets_a_spare_that_is_kept_again() -> None:
+def test_an_idle_spare_ends_and_the_next_call_gets_a_spare_that_is_kept_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An idle worker holds no spares: each ends after IDLE_SECONDS without a call."""
+    monkeypatch.setattr(threads, "IDLE_SECONDS", 0.2)
 
     def case() -> None:
         first = ran(InThread(threading.current_thread, "c"))
@@ -159,5 +169,23 @@ def test_no_call_is_lost_when_a_spare_ends_as_it_is_handed_one(
             assert call.done.wait(5), f"call {n} was not run"
             ran_in.add(call.result())
         assert len(ran_in) > 1  # spares did end and were started again
+
+    in_a_thread(case)
+
+
+def test_a_spare_whose_report_fails_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `on_end` that raises, with a thread hook that raises too (a broken hook, stderr
+    gone): the spare neither dies with its next call handed to it nor loses that call."""
+
+    def broken(args: threading.ExceptHookArgs) -> None:
+        raise OSError("stderr is gone")
+
+    monkeypatch.setattr(threading, "excepthook", broken)
+
+    def case() -> None:
+        kept = ran(InThread(threading.current_thread, "c", on_end=lambda: 1 / 0))
+        until(lambda: kept.name == "spare")  # back from the failed report, idle
+        assert kept.is_alive()
+        assert ran(InThread(threading.current_thread, "c")) is kept
 
     in_a_thread(case)

@@ -1,5 +1,5 @@
-"""A call in a daemon thread of its own, with the caller's context: what a tool call, a
-turn's extra reads and a model call held to its deadline are each run in.
+"""A call in a daemon thread other than the caller's, with the caller's context: what a tool
+call, a turn's extra reads and a model call held to its deadline are each run in.
 
 A thread that makes such calls (a worker's slot, say) keeps one such thread between its
 calls (`_Spare`) and hands its next call to it when it is idle, instead of starting a thread
@@ -10,12 +10,14 @@ call made while the spare is busy (a turn's second read, or a call that never re
 a thread that ends with it, as every call did before. A spare ends with the thread that kept
 it, or once it has been idle for `IDLE_SECONDS` (the next call starts another), so an idle
 worker holds none: 1,000 slots' spares are ~30 MiB. What a call leaves in a thread-local is
-seen by its keeper's later calls: Switchboard keeps none there (worker/model.py reads its
-own in the slot's thread).
+seen by its keeper's later calls, other runs' and other people's: Switchboard keeps none
+there (worker/model.py reads its own in the slot's thread), and the README tells tool authors
+not to either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import queue
@@ -38,7 +40,7 @@ class _Line:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.calls: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
         self.idle = True
         self.ended = False
 
@@ -46,6 +48,9 @@ class _Line:
         """Its call is over (said before the caller learns it: its next call may come)."""
         with self.lock:
             self.idle = True
+
+
+Call = Callable[[_Line | None], None]  # a call as handed over: told the spare's line, if any
 
 
 class _Spare:
@@ -59,54 +64,70 @@ class _Spare:
         self.thread.start()
 
     @classmethod
-    def claim(cls) -> _Line | None:
-        """The line of the calling thread's spare (started the first time, and again after
-        one ended), marked busy for the call the caller then puts in it; None while it is
-        busy, and in a thread that runs an InThread call (its nested calls end with it)."""
+    def take(cls, call: Call) -> bool:
+        """Whether the calling thread's spare (started the first time, and again after one
+        ended) took `call`; False while it is busy, and in a thread that runs an InThread
+        call (its nested calls end with it)."""
         if getattr(_kept, "started", False):
-            return None
+            return False
         spare: _Spare | None = getattr(_kept, "spare", None)
         if spare is None or spare.pid != os.getpid() or spare.line.ended:
             spare = _kept.spare = cls()
         line = spare.line
         with line.lock:
             if not line.idle or line.ended:  # busy; or it ended idle just now: rare
-                return None
+                return False
+            line.calls.put(call)  # before the mark: a call in the queue is run, come what may
             line.idle = False
-        return line
+        return True
 
 
 def _serve(line: _Line) -> None:
     _kept.started = True
-    while True:
-        try:
-            call = line.calls.get(timeout=IDLE_SECONDS)
-        except queue.Empty:
-            with line.lock:
-                if line.idle:  # nobody handed it a call: it ends (a keeper starts another)
-                    line.ended = True
-                    return
-            continue  # a call was handed to it as the wait ran out: it is in the queue
-        if call is None:
-            return
-        try:
-            call()
-        except BaseException as exc:  # an `on_end` that raised: said as a thread's would be
-            _report(exc)
-        call = None  # let go of the call's frames while idle
+    try:
+        while True:
+            try:
+                call = line.calls.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with line.lock:
+                    if line.idle:  # nobody handed it a call: it ends (its keeper starts another)
+                        return
+                continue  # a call was handed to it as the wait ran out: it is in the queue
+            if call is None:
+                return
+            try:
+                call(line)
+            except BaseException as exc:  # an `on_end` that raised: said as a thread's would be
+                _report(exc)
+            call = None  # let go of the call's frames while idle
+            threading.current_thread().name = "spare"
+    finally:
+        with line.lock:
+            line.ended = True  # no call is handed to it from here on
+        while True:  # and one handed to it before, should it stop for a reason not foreseen,
+            try:  # runs all the same, in a thread of its own
+                left = line.calls.get_nowait()
+            except queue.Empty:
+                break
+            if left is not None:
+                threading.Thread(target=left, args=(None,), daemon=True).start()
 
 
 def _report(exc: BaseException) -> None:
-    """As a thread that died of `exc` would say it (its frames are let go on return)."""
+    """As a thread that died of `exc` would say it (its frames are let go on return); a hook
+    that fails is ignored, as `threading` does, so the spare serves on."""
     args = (type(exc), exc, exc.__traceback__, threading.current_thread())
-    threading.excepthook(threading.ExceptHookArgs(args))
+    with contextlib.suppress(BaseException):  # a broken hook, or stderr gone: nowhere to say it
+        threading.excepthook(threading.ExceptHookArgs(args))
 
 
 class InThread(Generic[T]):
-    """`call()` started in a daemon thread of its own, with the caller's context (the log
-    lines keep the run id, spans their parent); `done` is set when it has returned or
-    raised, and `result()` then gives what it returned or raises what it raised.
-    `on_end()` runs in that thread as it ends."""
+    """`call()` run in a daemon thread other than the caller's, with the caller's context
+    (the log lines keep the run id, spans their parent): the caller's spare when it is idle,
+    else a thread started for it. `done` is set when it has returned or raised, and
+    `result()` then gives what it returned or raises what it raised. `on_end()` runs in that
+    thread as it ends, after `done`: it must be quick (a release), since the caller's next
+    call may wait for it in the spare."""
 
     def __init__(
         self, call: Callable[[], T], name: str, on_end: Callable[[], object] | None = None
@@ -115,9 +136,8 @@ class InThread(Generic[T]):
         self._outcome: list[T] = []
         self._failure: list[BaseException] = []
         context = contextvars.copy_context()
-        line = _Spare.claim()  # the spare's, when one runs it
 
-        def run() -> None:
+        def run(line: _Line | None) -> None:
             threading.current_thread().name = name
             _kept.started = True
             try:
@@ -131,10 +151,8 @@ class InThread(Generic[T]):
                 if on_end is not None:
                     on_end()
 
-        if line is None:
-            threading.Thread(target=run, name=name, daemon=True).start()
-        else:
-            line.calls.put(run)
+        if not _Spare.take(run):
+            threading.Thread(target=run, args=(None,), name=name, daemon=True).start()
 
     def result(self) -> T:
         """Once `done`: what the call returned, or its exception raised here."""
