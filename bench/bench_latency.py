@@ -96,6 +96,9 @@ class Burst:
     submit_seconds: float = 0.0  # the bot's submits, first to last (Switchboard)
     redis_rest_kib: int = 0  # the Redis server's share of rest_kib (Switchboard)
     at_model: int = 0  # the most chat requests the fake model answered at once
+    rest_threads: int = 0  # threads of the side's processes (not Redis) at rest
+    rest_sockets: int = 0  # and their open sockets (Redis, the model, the bot): what a burst
+    # leaves open shows here, not only in RSS
 
     def per_gib(self) -> float:
         """Runs in flight at the model per GiB of peak RSS."""
@@ -229,6 +232,16 @@ def local_redis_pid(conn: redis.Redis) -> list[int]:
         return []
 
 
+def threads_and_sockets(pids: list[int]) -> tuple[int, int]:
+    """Threads and open sockets of `pids`, summed."""
+    threads = sockets = 0
+    for pid in pids:
+        process = psutil.Process(pid)
+        threads += process.num_threads()
+        sockets += len(process.net_connections(kind="all"))
+    return threads, sockets
+
+
 def cpu_seconds(pids: list[int]) -> float:
     times = [psutil.Process(pid).cpu_times() for pid in pids]
     return sum(t.user + t.system for t in times)
@@ -245,6 +258,7 @@ def measure(
         common.reset_peak_rss(pid)
     rest = sum(common.rss_kib(pid) for pid in side.pids)
     redis_rest = sum(common.rss_kib(pid) for pid in side.redis_pids)
+    threads, sockets = threads_and_sockets([p for p in side.pids if p not in side.redis_pids])
     cpu, fake_cpu = cpu_seconds(side.pids), cpu_seconds([fake.pid])
     timed = side.burst()
     burst = Burst(
@@ -256,6 +270,8 @@ def measure(
         requeues=int(timed.get("requeues", 0)),
         submit_seconds=timed.get("submit_seconds", 0.0),
         redis_rest_kib=redis_rest,
+        rest_threads=threads,
+        rest_sockets=sockets,
     )
     counts = fake.chat_counts()
     burst.at_model = int(counts["peak_in_flight"])
@@ -386,7 +402,8 @@ def run_rounds(
                     note = (
                         f"   submits {burst.submit_seconds:.2f} s, re-queued {burst.requeues}, "
                         f"at rest: workers {(burst.rest_kib - burst.redis_rest_kib) / 1024:.1f} "
-                        f"+ Redis {burst.redis_rest_kib / 1024:.1f} MiB"
+                        f"+ Redis {burst.redis_rest_kib / 1024:.1f} MiB, "
+                        f"{burst.rest_threads} threads, {burst.rest_sockets} sockets"
                     )
                 burst_row(f"round {i + 1}: {side.name}", burst, note)
             versus = against_faster_peer(this_round)
