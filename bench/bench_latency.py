@@ -59,6 +59,7 @@ import math
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,6 +84,8 @@ ANSWER = "4998"
 MODEL_CALLS = 4
 TOOL_CALLS = 3
 PEERS = {"agents": "openai-agents", "langgraph": "LangGraph"}
+# what a worker logs when its leases are late, fail to renew or are lost: why runs were re-queued
+LEASE_WARNINGS = ("lease_renew_late", "lease_renew_failed", "lease_lost")
 
 
 @dataclass
@@ -93,6 +96,7 @@ class Burst:
     cpu_seconds: float  # CPU the side's processes used during it
     fake_cpu_seconds: float  # CPU the fake model used meanwhile
     requeues: int = 0  # sweeper_requeue log lines (Switchboard)
+    lease_warnings: int = 0  # lease_renew_late, lease_renew_failed and lease_lost lines
     submit_seconds: float = 0.0  # the bot's submits, first to last (Switchboard)
     redis_rest_kib: int = 0  # the Redis server's share of rest_kib (Switchboard)
     at_model: int = 0  # the most chat requests the fake model answered at once
@@ -127,11 +131,19 @@ class SwitchboardSide:
         submitted = time.time()
         self.wait_terminal(ids)
         last = max(self.checked_end(run_id) for run_id in ids)
-        requeues = sum(
-            common.count_log_events(w.log, "sweeper_requeue", offset)
-            for w, offset in zip(self.workers, offsets, strict=True)
-        )
-        return {"seconds": last - first, "requeues": requeues, "submit_seconds": submitted - first}
+
+        def count(event: str) -> int:
+            return sum(
+                common.count_log_events(w.log, event, offset)
+                for w, offset in zip(self.workers, offsets, strict=True)
+            )
+
+        return {
+            "seconds": last - first,
+            "requeues": count("sweeper_requeue"),
+            "lease_warnings": sum(count(e) for e in LEASE_WARNINGS),
+            "submit_seconds": submitted - first,
+        }
 
     def wait_terminal(self, ids: list[str], timeout: float = 600) -> None:
         """Poll the status indexes (every 50 ms: the time measured is each run's own
@@ -268,6 +280,7 @@ def measure(
         fake_cpu_seconds=cpu_seconds([fake.pid]) - fake_cpu,
         seconds=timed["seconds"],
         requeues=int(timed.get("requeues", 0)),
+        lease_warnings=int(timed.get("lease_warnings", 0)),
         submit_seconds=timed.get("submit_seconds", 0.0),
         redis_rest_kib=redis_rest,
         rest_threads=threads,
@@ -368,6 +381,7 @@ def run_rounds(
     results: dict[str, list[Burst]] = {}
     problems: list[str] = []
     sides: list[Side] = []
+    requeues = 0
     fake = FakeModelProcess(validate=False, delay=p.delay)
     try:
         conn = redis.Redis.from_url(url)
@@ -400,7 +414,8 @@ def run_rounds(
                 note = ""
                 if side is sides[0]:
                     note = (
-                        f"   submits {burst.submit_seconds:.2f} s, re-queued {burst.requeues}, "
+                        f"   submits {burst.submit_seconds:.2f} s, re-queued {burst.requeues} "
+                        f"(lease warnings {burst.lease_warnings}), "
                         f"at rest: workers {(burst.rest_kib - burst.redis_rest_kib) / 1024:.1f} "
                         f"+ Redis {burst.redis_rest_kib / 1024:.1f} MiB, "
                         f"{burst.rest_threads} threads, {burst.rest_sockets} sockets"
@@ -414,6 +429,9 @@ def run_rounds(
         for side in sides:
             side.stop()
         fake.stop()
+        if requeues and not keep_logs:  # kept unasked: what led to them is in there
+            keep_logs = tempfile.mkdtemp(prefix="bench-latency-logs-")
+            print(f"   worker logs kept in {keep_logs} (runs were re-queued)")
         if keep_logs:
             Path(keep_logs).mkdir(parents=True, exist_ok=True)
             for log in tmp.glob("worker-*.log"):
