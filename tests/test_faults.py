@@ -317,6 +317,31 @@ def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_
             lease.release("")
 
 
+def test_a_save_renews_the_lease_it_is_fenced_by(redis_conn):
+    """A run that is saving keeps its lease however late its process's keeper thread beats
+    (one process with 1,000 runs in flight is starved of the GIL): each save that goes
+    through gives the lease a full term again. A save fenced off renews nothing."""
+    from worker.run import Requester, Run
+    from worker.store import LeaseLost
+
+    rt = make_runtime(redis_conn, "http://127.0.0.1:9/v1", lease_seconds=5.0)
+    run = Run(id="r-renewed", question="q", requester=Requester(user_id="U1"))
+    rt.store.create(run)
+    lease = rt.leases.acquire(run.id)
+    assert lease is not None
+    key = rt.store.keys.lease(run.id)
+    redis_conn.pexpire(key, 300)  # the keeper's beats are late: about to lapse
+    rt.save(run, lease.token)
+    assert redis_conn.pttl(key) > 4000
+    redis_conn.pexpire(key, 300)
+    rt.store.save(run, lease.token)  # no term given: left as it is
+    assert 0 < redis_conn.pttl(key) <= 300
+    with pytest.raises(LeaseLost):
+        rt.store.save(run, "another-worker", lease_ms=rt.leases.ms)
+    assert 0 < redis_conn.pttl(key) <= 300 and redis_conn.get(key) == lease.token.encode()
+    lease.release("")
+
+
 def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
     redis_conn, redis_url, model_server, faults, tmp_path
 ):

@@ -18,8 +18,9 @@ from worker.run import Run, RunSchemaError, RunStatus, migrate
 
 # KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
-# events the log keeps, then events to append.
-# A worker that lost its lease (it stalled and another took over) can no longer overwrite.
+# events the log keeps, the lease's term in ms (0 = leave it), then events to append.
+# A worker that lost its lease (it stalled and another took over) can no longer overwrite;
+# one whose save goes through holds the run, and its lease runs a full term from then.
 # Returns 0 when fenced off, else {1, who asked to cancel the run or false, 1 when the event log
 # was full and its newest events were dropped, else 0}: the loop learns of a cancellation from
 # its own save instead of asking at every step.
@@ -27,6 +28,9 @@ _SAVE = """
 -- the lease and the cancel mark in one read (a command fewer than two GETs, at every save)
 local marks = redis.call('MGET', KEYS[2], KEYS[5])
 if ARGV[1] ~= '' and marks[1] ~= ARGV[1] then return 0 end
+-- renewed here as well as by the process's keeper thread, whose beats come late when the
+-- process is starved of the GIL (1,000 runs in one): a run that is saving keeps its lease
+if ARGV[1] ~= '' and tonumber(ARGV[7]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
 -- ZADD answers 1 only when the run was not in this status's index: its status changed (a save
 -- that keeps it, most of them, costs this one command). It then leaves the index of the
 -- status its stored document has, read from the document's first bytes before it is
@@ -54,8 +58,8 @@ else
   redis.call('SET', KEYS[1], ARGV[2])
 end
 local full = 0
-if #ARGV > 6 then
-  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 7)) > tonumber(ARGV[6]) then
+if #ARGV > 7 then
+  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 8)) > tonumber(ARGV[6]) then
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
     full = 1
   end
@@ -141,9 +145,12 @@ class RunStore:
         except RunNotFound:
             return None
 
-    def save(self, run: Run, lease_token: str = "", events: Sequence[str] = ()) -> str | None:
+    def save(
+        self, run: Run, lease_token: str = "", events: Sequence[str] = (), lease_ms: int = 0
+    ) -> str | None:
         """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
-        by EventLog) to its log, in one script. Returns who asked to cancel it, if anyone."""
+        by EventLog) to its log, in one script; with `lease_ms`, the lease is renewed for that
+        long as well. Returns who asked to cancel it, if anyone."""
         run.updated_at = time.time()
         others = [self.keys.status(s) for s in RunStatus if s != run.status]
         # Every run expires `retention` after its last save, finished or not: a run nothing
@@ -165,6 +172,7 @@ class RunStore:
                 run.updated_at,
                 ttl,
                 MAX_EVENTS_PER_RUN,
+                lease_ms,
                 *events,
             ],
         )
