@@ -1,7 +1,9 @@
 """Run leases: only one worker advances a run at a time, and a crashed worker's lease lapses.
 
 A process holds up to `--concurrency` leases at once. One keeper thread renews all of them in
-one pipeline per beat, rather than one heartbeat thread and one round trip per run.
+one pipeline per beat, rather than one heartbeat thread and one round trip per run; each
+fenced save renews its run's lease as well (worker/store.py), so a run that is saving keeps it
+when the keeper, one thread among the process's many, gets the GIL late.
 """
 
 from __future__ import annotations
