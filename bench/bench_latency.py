@@ -381,7 +381,6 @@ def run_rounds(
     results: dict[str, list[Burst]] = {}
     problems: list[str] = []
     sides: list[Side] = []
-    requeues = 0
     fake = FakeModelProcess(validate=False, delay=p.delay)
     try:
         conn = redis.Redis.from_url(url)
@@ -424,17 +423,19 @@ def run_rounds(
             versus = against_faster_peer(this_round)
             if versus:
                 ratio_row(f"round {i + 1}: Switchboard / faster peer", versus)
-        requeues = sum(common.count_log_events(w.log, "sweeper_requeue") for w in workers)
     finally:
         for side in sides:
             side.stop()
         fake.stop()
-        if requeues and not keep_logs:  # kept unasked: what led to them is in there
+        logs = sorted(tmp.glob("worker-*.log"))
+        requeues = sum(common.count_log_events(log, "sweeper_requeue") for log in logs)
+        warned = sum(common.count_log_events(log, e) for log in logs for e in LEASE_WARNINGS)
+        if (requeues or warned) and not keep_logs:  # kept unasked: what led to them is there
             keep_logs = tempfile.mkdtemp(prefix="bench-latency-logs-")
-            print(f"   worker logs kept in {keep_logs} (runs were re-queued)")
+            print(f"   worker logs kept in {keep_logs} (re-queues or lease warnings)")
         if keep_logs:
             Path(keep_logs).mkdir(parents=True, exist_ok=True)
-            for log in tmp.glob("worker-*.log"):
+            for log in logs:
                 shutil.copy(log, keep_logs)
     return results, problems, requeues
 

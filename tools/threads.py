@@ -77,7 +77,10 @@ class _Spare:
         with line.lock:
             if not line.idle or line.ended:  # busy; or it ended idle just now: rare
                 return False
-            line.calls.put(call)  # before the mark: a call in the queue is run, come what may
+            # the call before the mark: an exception between the two (the watchdog's, in the
+            # slot) leaves a call that is run, and the spare marked idle until it is done: a
+            # call handed to it meanwhile waits for that one, once
+            line.calls.put(call)
             line.idle = False
         return True
 
@@ -91,6 +94,7 @@ def _serve(line: _Line) -> None:
             except queue.Empty:
                 with line.lock:
                     if line.idle:  # nobody handed it a call: it ends (its keeper starts another)
+                        line.ended = True
                         return
                 continue  # a call was handed to it as the wait ran out: it is in the queue
             if call is None:
