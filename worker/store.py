@@ -12,7 +12,7 @@ import redis
 import structlog
 
 from approvals import WAKE_LUA
-from worker.eventlog import MAX_EVENTS_PER_RUN
+from worker.eventlog import MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
 from worker.run import Run, RunSchemaError, RunStatus, migrate
 
@@ -179,7 +179,7 @@ class RunStore:
         if not saved:
             raise LeaseLost(run.id)
         if saved[2]:
-            log.warning("event_log_full", run_id=run.id)
+            said_full(run.id)
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
 
