@@ -1,9 +1,9 @@
 """Run leases: only one worker advances a run at a time, and a crashed worker's lease lapses.
 
 A process holds up to `--concurrency` leases at once. One keeper thread renews all of them in
-one pipeline per beat, rather than one heartbeat thread and one round trip per run; each
-fenced save renews its run's lease as well (worker/store.py), so a run that is saving keeps it
-when the keeper, one thread among the process's many, gets the GIL late.
+one pipeline per beat, rather than one heartbeat thread and one round trip per run. When the
+keeper, one thread among the process's many, gets the GIL late, each fenced save renews its
+run's lease as well (worker/store.py), so a run that is saving keeps it.
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ class LeaseKeeper:
         self._held: dict[str, str] = {}  # run id -> token
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.every = self.ms / 3000  # seconds between beats: a lease lapses after three missed
+        # When the last beat began (monotonic) that renewed every lease held then: each lease
+        # held now runs at least a full term from then (one taken since got its own full term)
+        self._beat_at = time.monotonic()
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
 
@@ -112,6 +116,7 @@ class LeaseKeeper:
         with self._lock:
             self._held[run_id] = token
             if self._thread is None or not self._thread.is_alive():
+                self._beat_at = time.monotonic()  # none held before this one: none is behind
                 self._thread = threading.Thread(
                     target=self._heartbeat, name="lease-keeper", daemon=True
                 )
@@ -133,25 +138,34 @@ class LeaseKeeper:
         with self._lock:
             return list(self._held)
 
+    def save_term(self) -> int:
+        """The term a fenced save renews its lease for (ms): none while the keeper keeps up;
+        the full term once its last beat is more than a beat old (the keeper is late or its
+        renewal failed), so a run that is saving keeps its lease."""
+        return self.ms if time.monotonic() - self._beat_at > self.every else 0
+
     def _heartbeat(self) -> None:
-        every = self.ms / 3000  # a lease lapses after three beats missed
         while True:  # a daemon thread: it goes with the process
-            due = time.monotonic() + every
-            time.sleep(every)
+            due = time.monotonic() + self.every
+            time.sleep(self.every)
+            began = time.monotonic()
             with self._lock:
                 held = list(self._held.items())
             if not held:
+                self._beat_at = began  # nothing to renew
                 continue
-            self.renew(held)
+            self.renew(held, began)
             # A beat done a third of a lease late (the process too busy to run this thread,
             # more runs than its CPU serves; or Redis slow to answer) leaves leases near
             # lapsing, and a lapsed one's run is queued again while its worker goes on: said,
             # with how late.
             late = time.monotonic() - due
-            if late > every:
+            if late > self.every:
                 log.warning("lease_renew_late", seconds=round(late, 2), runs=len(held))
 
-    def renew(self, held: list[tuple[str, str]]) -> None:
+    def renew(self, held: list[tuple[str, str]], began: float | None = None) -> None:
+        """Renew `held` (run id, token) leases, listed at `began` (monotonic; now if None)."""
+        began = time.monotonic() if began is None else began
         renewed: list[int] = []
         try:
             for start in range(0, len(held), RENEW_CHUNK):
@@ -161,6 +175,7 @@ class LeaseKeeper:
         except redis.RedisError:
             log.warning("lease_renew_failed", runs=len(held), exc_info=True)
             return
+        self._beat_at = began
         for (run_id, token), ok in zip(held, renewed, strict=True):
             if ok:
                 continue

@@ -112,9 +112,10 @@ class Runtime:
         self.policy = policy
 
     def save(self, run: Run, lease_token: str) -> str | None:
-        """Save a run this process holds, with the events its step recorded, renewing its
-        lease. Returns who asked to cancel it, if anyone."""
-        return self.store.save(run, lease_token, self.events.take(run.id), self.leases.ms)
+        """Save a run this process holds, with the events its step recorded (renewing its
+        lease when the keeper is late). Returns who asked to cancel it, if anyone."""
+        term = self.leases.save_term()
+        return self.store.save(run, lease_token, self.events.take(run.id), term)
 
     def surface(self, run: Run) -> Surface:
         """Where this run reports: the surface it came from, guarded; silent if none."""

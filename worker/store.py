@@ -18,9 +18,13 @@ from worker.run import Run, RunSchemaError, RunStatus, migrate
 
 # KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
-# events the log keeps, the lease's term in ms (0 = leave it), then events to append.
+# events the log keeps, the lease's term in ms (0 = leave it), the run's status, then events
+# to append.
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite;
-# one whose save goes through holds the run, and its lease runs a full term from then.
+# one whose save goes through holds the run, and with a term its lease runs that long from then.
+# A run's index entry is scored when it reached its status, and its document and event log
+# expire `ttl` after that: a save that keeps the status (most of them: every step of a running
+# run) writes the document and the events, and touches no index.
 # Returns 0 when fenced off, else {1, who asked to cancel the run or false, 1 when the event log
 # was full and its newest events were dropped, else 0}: the loop learns of a cancellation from
 # its own save instead of asking at every step.
@@ -28,43 +32,54 @@ _SAVE = """
 -- the lease and the cancel mark in one read (a command fewer than two GETs, at every save)
 local marks = redis.call('MGET', KEYS[2], KEYS[5])
 if ARGV[1] ~= '' and marks[1] ~= ARGV[1] then return 0 end
--- renewed here as well as by the process's keeper thread, whose beats come late when the
--- process is starved of the GIL (1,000 runs in one): a run that is saving keeps its lease
+-- renewed here when the process's keeper thread is late (it competes for the GIL with every
+-- run of the process: 1,000 runs in one), so a run that is saving keeps its lease
 if ARGV[1] ~= '' and tonumber(ARGV[7]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
--- ZADD answers 1 only when the run was not in this status's index: its status changed (a save
--- that keeps it, most of them, costs this one command). It then leaves the index of the
--- status its stored document has, read from the document's first bytes before it is
--- overwritten (the status is its third field); every other index when that cannot be read.
-if redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1 then
-  local head = redis.call('GETRANGE', KEYS[1], 0, 255)
-  local was = string.match(head, '"status"%s*:%s*"([%w_]+)"')
-  local left = false
-  if was then
-    for i = 6, #KEYS do
-      if string.sub(KEYS[i], -(#was + 1)) == ':' .. was then
-        redis.call('ZREM', KEYS[i], ARGV[3])
-        left = true
+-- The status the stored document has, from its first bytes (the status is its third field),
+-- not from what this process remembers: a Redis that lost its last writes (a failover, a
+-- restart) rolled the document and its index back together.
+local head = redis.call('GETRANGE', KEYS[1], 0, 255)
+local was = string.match(head, '"status"%s*:%s*"([%w_]+)"')
+local ttl = tonumber(ARGV[5])
+local kept = was ~= nil and was == ARGV[8]
+if kept then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+else
+  -- ZADD answers 1 only when the run was not in this status's index. It then leaves the
+  -- index of the status its stored document has; every other index when that is unknown.
+  if redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1 then
+    local left = false
+    if was then
+      for i = 6, #KEYS do
+        if string.sub(KEYS[i], -(#was + 1)) == ':' .. was then
+          redis.call('ZREM', KEYS[i], ARGV[3])
+          left = true
+        end
       end
     end
+    if not left then
+      for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+    end
   end
-  if not left then
-    for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+  if ttl > 0 then
+    redis.call('SET', KEYS[1], ARGV[2], 'EX', ttl)
+  else
+    redis.call('SET', KEYS[1], ARGV[2])
   end
-end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', ttl)
-else
-  redis.call('SET', KEYS[1], ARGV[2])
 end
 local full = 0
-if #ARGV > 7 then
-  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 8)) > tonumber(ARGV[6]) then
+local length = 0
+if #ARGV > 8 then
+  length = redis.call('RPUSH', KEYS[4], unpack(ARGV, 9))
+  if length > tonumber(ARGV[6]) then
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
     full = 1
   end
 end
-if ttl > 0 then redis.call('EXPIRE', KEYS[4], ttl) end
+-- the log expires with the document; one these events began (it had gone) gets its time too
+if ttl > 0 and (not kept or (length > 0 and length == #ARGV - 8)) then
+  redis.call('EXPIRE', KEYS[4], ttl)
+end
 return {1, marks[2], full}
 """
 
@@ -129,7 +144,10 @@ class RunStore:
             pipe.rpush(self.keys.events(run.id), *events)
             pipe.expire(self.keys.events(run.id), self.retention)
         if wake:
-            self._wake(keys=[self.keys.due], args=[run.id], client=pipe)
+            # A new run has no due entry to stay ahead of (what the wake script is for): its
+            # first is stamped here, without the script's three commands and the SCRIPT EXISTS
+            # redis-py sends before a script in a transaction.
+            pipe.zadd(self.keys.due, {run.id: int(time.time() * 1000)})
         pipe.execute()
 
     def load(self, run_id: str, document: bytes | None = None) -> Run:
@@ -153,8 +171,9 @@ class RunStore:
         long as well. Returns who asked to cancel it, if anyone."""
         run.updated_at = time.time()
         others = [self.keys.status(s) for s in RunStatus if s != run.status]
-        # Every run expires `retention` after its last save, finished or not: a run nothing
-        # advances any more (its approvals expired long ago, its worker gone) is not kept forever.
+        # Every run expires `retention` after it reached its status, finished or not: a run
+        # nothing advances any more (its approvals expired long ago, its worker gone) is not
+        # kept forever.
         ttl = self.retention
         saved = self._save(
             keys=[
@@ -173,6 +192,7 @@ class RunStore:
                 ttl,
                 MAX_EVENTS_PER_RUN,
                 lease_ms,
+                run.status.value,
                 *events,
             ],
         )
