@@ -9,6 +9,9 @@ itself is an httpx auth flow that waits for the browser inside one request; a Sl
 connection starts in one process and finishes in another minutes later, so the steps are
 called one by one here, with httpx2 (the SDK's own HTTP client) for the requests.
 
+The SDK is imported by the functions that use it, not with this module: every process reads
+the providers, few connect anyone, and the SDK costs ~25 MiB a process.
+
 Every request has a timeout and every answer is bounded (MAX_RESPONSE_BYTES). Errors come
 in two kinds: `ProviderRefused` (the provider answered with an OAuth error: `invalid_grant`
 for a revoked or expired refresh token, `access_denied`...) and `ProviderDown` (no answer,
@@ -20,22 +23,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import httpx2
-from mcp.client.auth import PKCEParameters
-from mcp.client.auth.utils import (
-    build_oauth_authorization_server_metadata_discovery_urls,
-    build_protected_resource_metadata_discovery_urls,
-    create_client_registration_request,
-    create_oauth_metadata_request,
-    extract_resource_metadata_from_www_auth,
-    handle_auth_metadata_response,
-    handle_protected_resource_response,
-)
-from mcp.shared.auth import OAuthClientMetadata, OAuthMetadata, OAuthToken
 from pydantic import AnyUrl, ValidationError
+
+if TYPE_CHECKING:
+    from mcp.client.auth import PKCEParameters
+    from mcp.shared.auth import OAuthMetadata, OAuthToken
 
 from tools.exceptions import bounded
 from worker.connections.store import Grant
@@ -80,6 +76,8 @@ class Provider:
 
 
 def pkce() -> PKCEParameters:
+    from mcp.client.auth import PKCEParameters
+
     return PKCEParameters.generate()
 
 
@@ -160,6 +158,8 @@ def _client_auth(provider: Provider) -> dict[str, str]:
 
 
 def _token_request(provider: Provider, http: httpx2.Client, form: dict[str, str]) -> OAuthToken:
+    from mcp.shared.auth import OAuthToken
+
     if provider.resource:
         form["resource"] = provider.resource
     try:
@@ -238,6 +238,17 @@ def discover(
 async def _discover(
     server_url: str, redirect_uri: str, client_name: str, registered: dict[str, Any] | None
 ) -> Discovered:
+    from mcp.client.auth.utils import (
+        build_oauth_authorization_server_metadata_discovery_urls,
+        build_protected_resource_metadata_discovery_urls,
+        create_client_registration_request,
+        create_oauth_metadata_request,
+        extract_resource_metadata_from_www_auth,
+        handle_auth_metadata_response,
+        handle_protected_resource_response,
+    )
+    from mcp.shared.auth import OAuthClientMetadata
+
     async with httpx2.AsyncClient(timeout=TIMEOUT) as http:
         probe = await http.get(server_url)
         www = extract_resource_metadata_from_www_auth(probe) if probe.status_code == 401 else None

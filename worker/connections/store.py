@@ -26,14 +26,16 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from redis.exceptions import LockError
 
 from tools.exceptions import scope_tokens
 from worker.keys import Keys
+
+if TYPE_CHECKING:  # imported where used: only processes with connection keys load it (~6 MiB)
+    from cryptography.fernet import MultiFernet
 
 FLOW_SECONDS = 600  # a started flow must reach the callback within this
 PENDING_SECONDS = 600  # a finished flow must be confirmed in Slack within this
@@ -105,6 +107,8 @@ class Pending:
 def fernet_of(keys: Sequence[str]) -> MultiFernet:
     """The keys (urlsafe base64 of 32 bytes, as `Fernet.generate_key()` makes), first
     encrypting; KeysMissing says what is wrong with them, never what they are."""
+    from cryptography.fernet import Fernet, MultiFernet
+
     usable = [key.strip() for key in keys if key.strip()]
     if not usable:
         raise KeysMissing(
@@ -150,6 +154,8 @@ class ConnectionStore:
 
     def _open(self, raw: bytes | None) -> dict[str, Any] | None:
         """The value, or None when absent or sealed with a key no longer configured."""
+        from cryptography.fernet import InvalidToken
+
         if raw is None:
             return None
         try:
@@ -250,6 +256,8 @@ class ConnectionStore:
     def _rekey(self, pattern: str, *, wait: float = 0.0) -> tuple[int, int, int]:
         """(values rewritten, values no configured key opens, grants whose refresh lock
         stayed taken `wait` seconds; 0: values with no lock)"""
+        from cryptography.fernet import InvalidToken
+
         count = unreadable = busy = 0
         for key in self.redis.scan_iter(match=pattern, count=500):
             name = key.decode()
