@@ -68,7 +68,7 @@ from urllib.parse import parse_qsl
 import common
 import psutil
 import redis
-from common import TICKET_QUESTION, FakeModelProcess, median, percentile, row
+from common import TICKET_QUESTION, BotProcess, FakeModelProcess, median, percentile, row
 from rq import Queue, worker_registration
 from rq.job import Job
 from rq.registry import FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
@@ -86,8 +86,7 @@ from tests.fakes.slack_server import (
     send_signed,
     signed_headers,
 )
-from tests.support.processes import SwitchboardProcess, worker_env
-from tests.support.redis_server import free_port
+from tests.support.processes import worker_env
 from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.events import EventKind, is_run_end
@@ -233,32 +232,6 @@ TOKEN = "xoxb-bench"
 CHANNEL = ALICE.channel_id
 ASKER = ALICE.user_id  # asks; under the default policy (make_runtime's) she approves her own
 WARM_CLICKS = 10  # clicked first and not counted (the bot's first requests, connections)
-
-
-class BotProcess(SwitchboardProcess):
-    """`python -m switchboard bot --http --port P` in a child process: the real Bolt app
-    behind uvicorn at /slack/events, as an operator runs it. Its log goes to a file."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        super().__init__(env, log, "bot", "--http", "--port", str(self.port))
-        common.wait_until(self._alive, 60, "the bot to answer /livez")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/slack/events"
-
-    def _alive(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the bot exited ({self.proc.returncode}): see {self.log}")
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-        try:
-            connection.request("GET", "/livez")
-            return connection.getresponse().status == 200
-        except OSError:
-            return False
-        finally:
-            connection.close()
 
 
 @dataclass(frozen=True)

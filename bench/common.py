@@ -12,6 +12,7 @@ also puts the project root on sys.path so `tests.fakes` and `tests.support.redis
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import json
 import os
@@ -31,8 +32,8 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 
 from tests.fakes.openai_server import FakeOpenAI, Script, Turn  # noqa: E402
-from tests.support.processes import WorkerProcess, worker_env  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from tests.support.processes import SwitchboardProcess, WorkerProcess, worker_env  # noqa: E402
+from tests.support.redis_server import RedisServer, free_port  # noqa: E402
 from tests.support.runtime import wait_until  # noqa: E402
 
 T = TypeVar("T")
@@ -270,6 +271,32 @@ class RawRQWorker:
                 self.proc.kill()
                 self.proc.wait(5)
         self.handle.close()
+
+
+class BotProcess(SwitchboardProcess):
+    """`python -m switchboard bot --http --port P` in a child process: the real Bolt app
+    behind uvicorn at /slack/events, as an operator runs it. Its log goes to a file."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        super().__init__(env, log, "bot", "--http", "--port", str(self.port))
+        wait_until(self._alive, 60, "the bot to answer /livez")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+    def _alive(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the bot exited ({self.proc.returncode}): see {self.log}")
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            connection.request("GET", "/livez")
+            return connection.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            connection.close()
 
 
 def wait_for_workers(conn: redis.Redis, queue_name: str, count: int, timeout: float = 60) -> None:
