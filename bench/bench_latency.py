@@ -9,8 +9,10 @@ interleaved rounds (default 3, the order reversed every other round):
 
   Switchboard    ONE `python -m switchboard worker --concurrency 100` (100 RQ SimpleWorker
                  loops in threads; env as tests/support/processes.worker_env with the production
-                 lease/sweep timers; default configuration, BM25 demonstrations on). This
-                 process plays the bot: `service.submit` x 100 back to back, then waits until
+                 lease/sweep timers; default configuration, BM25 demonstrations on), and the
+                 bot: `python -m switchboard bot --http` against tests/fakes' FakeSlack, a
+                 process a deployment needs, counted in memory and CPU but idle: this process
+                 submits for it, `service.submit` x 100 back to back, then waits until
                  every run is terminal. Time = the last run's `ended_at` - the first submit.
                  Every run is checked: completed, 4 steps, 3 tool calls, "4998" in the answer.
   openai-agents  one process (bench/latency_peer.py): 100 x `Runner.run(agent, question)`
@@ -27,13 +29,13 @@ imports only their framework and the two tools (not Redis, RQ or the worker). Fo
 and round the fake counts the chat requests it answered, by turn index: 100 of each of turns
 0-3 (4 model calls per run, no retries), or the report says otherwise.
 
-Memory and CPU: Switchboard's are its workers' and its Redis server's (when it runs here),
-the peers' their one process's. Peak RSS = VmHWM from /proc/PID/status after the burst, reset
-to the current RSS just before it (5 written to /proc/PID/clear_refs), summed over the side's
-processes (with several, a sum of peaks: an upper bound of their simultaneous total); "at
-rest" = VmRSS just before. Runs in flight per GiB = the most chat requests the fake model
-was answering at once during the burst (runs really waiting on the model together, not runs
-submitted or held) / peak RSS in GiB. Targets (issue):
+Memory and CPU: Switchboard's are its workers', its bot's and its Redis server's (when it
+runs here), the peers' their one process's. Peak RSS = VmHWM from /proc/PID/status after the
+burst, reset to the current RSS just before it (5 written to /proc/PID/clear_refs), summed
+over the side's processes (with several, a sum of peaks: an upper bound of their
+simultaneous total); "at rest" = VmRSS just before. Runs in flight per GiB = the most chat
+requests the fake model was answering at once during the burst (runs really waiting on the
+model together, not runs submitted or held) / peak RSS in GiB. Targets (issue):
 Switchboard's time <= 1.1x the faster peer's, its peak RSS <= 1.2x that peer's, >= 700 runs in
 flight per GiB.
 Also counted: `sweeper_requeue` lines in the workers' JSON logs (target 0: no run in flight
@@ -68,9 +70,10 @@ from typing import Any
 import common
 import psutil
 import redis
-from common import FEE_QUESTION, FakeModelProcess, median, row
+from common import FEE_QUESTION, BotProcess, FakeModelProcess, median, row
 
-from tests.support.processes import WorkerProcess
+from tests.fakes.slack_server import FakeSlack
+from tests.support.processes import WorkerProcess, worker_env
 from tests.support.runtime import ALICE, make_runtime
 from worker import service
 from worker.prompt import INSTRUCTIONS
@@ -99,10 +102,15 @@ class Burst:
     lease_warnings: int = 0  # lease_renew_late, lease_renew_failed and lease_lost lines
     submit_seconds: float = 0.0  # the bot's submits, first to last (Switchboard)
     redis_rest_kib: int = 0  # the Redis server's share of rest_kib (Switchboard)
+    bot_rest_kib: int = 0  # the bot's share of rest_kib (Switchboard)
     at_model: int = 0  # the most chat requests the fake model answered at once
     rest_threads: int = 0  # threads of the side's processes (not Redis) at rest
     rest_sockets: int = 0  # and their open sockets (Redis, the model, the bot): what a burst
     # leaves open shows here, not only in RSS
+
+    @property
+    def worker_rest_kib(self) -> int:
+        return self.rest_kib - self.redis_rest_kib - self.bot_rest_kib
 
     def per_gib(self) -> float:
         """Runs in flight at the model per GiB of peak RSS."""
@@ -113,16 +121,20 @@ class Burst:
 
 
 class SwitchboardSide:
-    """Worker processes started here; this process plays the bot."""
+    """Worker processes and a bot started here; this process submits the runs (as the bot
+    would: the benchmark's own code beside it is not counted)."""
 
     name = "Switchboard"
 
-    def __init__(self, rt: Runtime, workers: list[WorkerProcess], runs: int) -> None:
-        self.rt, self.workers, self.runs = rt, workers, runs
-        # a deployment's processes: the workers and Redis (this process plays the bot, with
-        # the benchmark's own code beside it: not counted)
+    def __init__(
+        self, rt: Runtime, workers: list[WorkerProcess], bot: BotProcess, runs: int
+    ) -> None:
+        self.rt, self.workers, self.bot, self.runs = rt, workers, bot, runs
+        # a deployment's processes: the workers, the bot and Redis
         self.redis_pids = local_redis_pid(rt.redis)
-        self.pids = [w.pid for w in workers] + self.redis_pids
+        self.bot_pids = [bot.pid]
+        self.worker_pids = [w.pid for w in workers]
+        self.pids = self.worker_pids + self.bot_pids + self.redis_pids
 
     def burst(self) -> dict[str, float]:
         offsets = [w.log.stat().st_size for w in self.workers]
@@ -179,6 +191,7 @@ class SwitchboardSide:
     def stop(self) -> None:
         for w in self.workers:
             w.stop()
+        self.bot.stop()
 
 
 class PeerSide:
@@ -194,8 +207,9 @@ class PeerSide:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.pids = [self.proc.pid]
+        self.pids = self.worker_pids = [self.proc.pid]
         self.redis_pids: list[int] = []  # in-process state (AsyncSqliteSaver: a file)
+        self.bot_pids: list[int] = []
         ready = self._read()
         if ready != {"ready": True}:
             raise RuntimeError(f"{self.name}: wrong answers in the warm-up burst: {ready}")
@@ -270,7 +284,8 @@ def measure(
         common.reset_peak_rss(pid)
     rest = sum(common.rss_kib(pid) for pid in side.pids)
     redis_rest = sum(common.rss_kib(pid) for pid in side.redis_pids)
-    threads, sockets = threads_and_sockets([p for p in side.pids if p not in side.redis_pids])
+    bot_rest = sum(common.rss_kib(pid) for pid in side.bot_pids)
+    threads, sockets = threads_and_sockets(side.worker_pids)
     cpu, fake_cpu = cpu_seconds(side.pids), cpu_seconds([fake.pid])
     timed = side.burst()
     burst = Burst(
@@ -283,6 +298,7 @@ def measure(
         lease_warnings=int(timed.get("lease_warnings", 0)),
         submit_seconds=timed.get("submit_seconds", 0.0),
         redis_rest_kib=redis_rest,
+        bot_rest_kib=bot_rest,
         rest_threads=threads,
         rest_sockets=sockets,
     )
@@ -382,12 +398,21 @@ def run_rounds(
     problems: list[str] = []
     sides: list[Side] = []
     fake = FakeModelProcess(validate=False, delay=p.delay)
+    slack = FakeSlack().start()
     try:
         conn = redis.Redis.from_url(url)
         rt = make_runtime(conn, fake.url)
         flags = worker_args(p.concurrency)
         workers = common.switchboard_workers(p.processes, url, fake.url, tmp, *flags)
-        sides.append(SwitchboardSide(rt, workers, p.runs))
+        bot_env = worker_env(
+            url,
+            fake.url,
+            tmp,
+            SLACK_BOT_TOKEN="xoxb-bench",
+            SLACK_API_URL=slack.url,
+            SLACK_SIGNING_SECRET="bench-signing-secret",
+        )
+        sides.append(SwitchboardSide(rt, workers, BotProcess(bot_env, tmp / "bot.log"), p.runs))
         common.wait_for_workers(conn, rt.queue.name, p.processes)
         PeerSide.write_task(tmp)
         sides += [PeerSide(kind, fake.url, p.runs, tmp) for kind in p.peers]
@@ -397,7 +422,9 @@ def run_rounds(
             f"ideal {p.ideal:.2f} s",
         )
         row(
-            "Switchboard", f"{p.processes} x `switchboard worker {' '.join(flags) or '(defaults)'}`"
+            "Switchboard",
+            f"{p.processes} x `switchboard worker {' '.join(flags) or '(defaults)'}`"
+            " + `switchboard bot --http` (idle: runs submitted here)",
         )
         for side in sides[1:]:
             row(side.name, f"1 process, {p.runs:,} runs under asyncio.gather")
@@ -415,7 +442,8 @@ def run_rounds(
                     note = (
                         f"   submits {burst.submit_seconds:.2f} s, re-queued {burst.requeues} "
                         f"(lease warnings {burst.lease_warnings}), "
-                        f"at rest: workers {(burst.rest_kib - burst.redis_rest_kib) / 1024:.1f} "
+                        f"at rest: workers {burst.worker_rest_kib / 1024:.1f} "
+                        f"+ bot {burst.bot_rest_kib / 1024:.1f} "
                         f"+ Redis {burst.redis_rest_kib / 1024:.1f} MiB, "
                         f"{burst.rest_threads} threads, {burst.rest_sockets} sockets"
                     )
@@ -427,6 +455,7 @@ def run_rounds(
         for side in sides:
             side.stop()
         fake.stop()
+        slack.stop()
         logs = sorted(tmp.glob("worker-*.log"))
         requeues = sum(common.count_log_events(log, "sweeper_requeue") for log in logs)
         warned = sum(common.count_log_events(log, e) for log in logs for e in LEASE_WARNINGS)
