@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from worker.eventlog import EventLog
 from worker.events import EventKind
+from worker.limits import Limits, PersonLimits
 from worker.run import Requester, Run, RunStatus
 from worker.store import RunStore
 
@@ -151,3 +152,28 @@ def test_a_run_is_created_with_its_first_event_and_its_due_entry_in_one_transact
     waiting = Run(id="r-in-line", question="q", requester=Requester(user_id="U1"))
     store.create(waiting, wake=False)  # waits in its person's line: not due until admitted
     assert redis_conn.zscore(store.keys.due, waiting.id) is None
+
+
+def test_a_log_begun_again_outside_a_save_gets_its_time_to_live(redis_conn):
+    """A run's log that went while the run stayed (evicted, deleted) is begun again by the next
+    write: an event appended outside a save or a model call's start gives it the retention as
+    its time to live, as a save does, so it is not kept for good (a save that keeps the status
+    leaves the time to live alone). A write to a log that has one leaves it as it is."""
+    store = RunStore(redis_conn, retention=3600)
+    log = EventLog(redis_conn, retention=3600)
+    limits = PersonLimits(redis_conn, "sb:", Limits(), stale=60)
+    run = Run(id="r-log-again", question="q", requester=Requester(user_id="U1"))
+    store.create(run)
+    key = store.keys.events(run.id)
+    event = EventLog.encode(EventKind.MODEL_CALL_STARTED, step=1)
+    redis_conn.delete(key)
+    log.append(run.id, EventKind.APPROVAL_DECIDED, approval_id="ap1")
+    assert 3590 < redis_conn.ttl(key) <= 3600
+    redis_conn.delete(key)
+    assert limits.begin_call("U1", run.id, key, [event], log_ttl=3600).over is None
+    assert 3590 < redis_conn.ttl(key) <= 3600
+    redis_conn.expire(key, 60)
+    log.append(run.id, EventKind.APPROVAL_DECIDED, approval_id="ap2")
+    limits.begin_call("U1", run.id, key, [event], log_ttl=3600)
+    assert 50 < redis_conn.ttl(key) <= 60
+    assert redis_conn.llen(key) == 3

@@ -27,10 +27,14 @@ def said_full(run_id: str) -> None:
 
 
 class EventLog:
-    def __init__(self, connection: redis.Redis, namespace: str = "sb:") -> None:
+    def __init__(self, connection: redis.Redis, namespace: str = "sb:", retention: int = 0) -> None:
         self.redis = connection
         self.ns = namespace
         self.keys = Keys(namespace)
+        # A log's time to live, given by whichever write creates it (0: none): a log is kept
+        # as long as its run (worker/store.py), and one begun again outside a save (it had
+        # gone while its run stayed) must not be kept for good.
+        self.retention = retention
         # run id -> events not written yet, while this process holds the run. One thread works
         # a run at a time, and each touches only its own run's list.
         self._held: dict[str, list[str]] = {}
@@ -79,6 +83,8 @@ class EventLog:
 
     def _push(self, run_id: str, bodies: list[str]) -> None:
         length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
+        if length == len(bodies) and self.retention:  # this write began the log
+            self.redis.expire(self.keys.events(run_id), self.retention)
         if length > MAX_EVENTS_PER_RUN:
             self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)
             said_full(run_id)

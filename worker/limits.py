@@ -75,8 +75,8 @@ return admitted
 
 # KEYS: the day's spend, the calls in flight (hash: run id -> "started|estimate"), the
 # day's largest call, the run's event log (when there are events).  ARGV: cap (0: none), run
-# id, now, stale cutoff, the most events the log keeps, then events to append when the call
-# may start.
+# id, now, stale cutoff, the most events the log keeps, the log's time to live should these
+# events begin it (0: none), then events to append when the call may start.
 # 1: the call may start (reserved at the largest call's cost, when there is a cap; its events
 # are in the log); 2: the same, but the log was full and its newest events were dropped; 0:
 # the cap is reached, or the calls already in flight are expected to
@@ -105,8 +105,12 @@ if cap > 0 then
   -- a hash that kept an entry still has the time to live it was made with
   if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
 end
-if #ARGV > 5 then
-  if redis.call('RPUSH', KEYS[4], unpack(ARGV, 6)) > tonumber(ARGV[5]) then
+if #ARGV > 6 then
+  local length = redis.call('RPUSH', KEYS[4], unpack(ARGV, 7))
+  if length == #ARGV - 6 and tonumber(ARGV[6]) > 0 then
+    redis.call('EXPIRE', KEYS[4], ARGV[6])  -- these events began the log (it had gone)
+  end
+  if length > tonumber(ARGV[5]) then
     redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[5]) - 1)
     return 2
   end
@@ -154,7 +158,12 @@ class PersonLimits:
         ]
 
     def begin_call(
-        self, user_id: str, run_id: str, log_key: str = "", events: Sequence[str] = ()
+        self,
+        user_id: str,
+        run_id: str,
+        log_key: str = "",
+        events: Sequence[str] = (),
+        log_ttl: int = 0,
     ) -> CallStart:
         """Just before a model call of `run_id`: whether it may go ahead (with a cap, it is
         then held as in flight, at the cost of the person's largest call today, until
@@ -165,13 +174,14 @@ class PersonLimits:
 
         `events` (encoded by EventLog) go to the run's log at `log_key` when the call may
         start, in the same script, cap or no cap: the call is on record as started as it is
-        reserved, in one round trip."""
+        reserved, in one round trip. `log_ttl`: the log's time to live if they begin it."""
         per_day = self.limits.cost_per_day  # read once: a policy reload may change it
         if not per_day and not events:
             return CallStart(None, reserved=False)
         now = time.time()
         stale = now - self.stale  # a worker that died mid-call stops holding its place
-        keys, args = self._call_keys(user_id), [per_day, run_id, now, stale, MAX_EVENTS_PER_RUN]
+        keys = self._call_keys(user_id)
+        args = [per_day, run_id, now, stale, MAX_EVENTS_PER_RUN, log_ttl]
         if events:
             keys.append(log_key)
             args += events

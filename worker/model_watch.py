@@ -54,7 +54,9 @@ class StepWatch:
         written = False
         try:
             log_key = rt.events.keys.events(run.id)
-            call = rt.limits.begin_call(run.requester.user_id, run.id, log_key, [*held, started])
+            call = rt.limits.begin_call(
+                run.requester.user_id, run.id, log_key, [*held, started], rt.events.retention
+            )
             written, self.reserved = call.over is None, call.reserved
         finally:
             if not written:

@@ -98,7 +98,7 @@ class Runtime:
         # Reads waited for outside their run's thread at once, process-wide (worker/executor.py
         # `run_reads`): a turn asking for more waits for a place, so threads stay bounded.
         self.read_threads = threading.BoundedSemaphore(max(8, 4 * self.settings.concurrency))
-        self.events = EventLog(self.redis, ns)
+        self.events = EventLog(self.redis, ns, self.store.retention)
         self.approvals = ApprovalStore(self.redis, due_key=self.store.keys.due, namespace=ns)
         self.ledger = ExecutionLedger(self.redis, ns)
         self.grants = GrantStore(self.redis, ns)
