@@ -8,6 +8,7 @@ run's lease as well (worker/store.py), so a run that is saving keeps it.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import threading
@@ -95,15 +96,18 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.every = self.ms / 3000  # seconds between beats: a lease lapses after three missed
-        # When the last beat began (monotonic) that renewed every lease held then: each lease
-        # held now runs at least a full term from then (one taken since got its own full term)
-        self._beat_at = time.monotonic()
+        # Every lease held now began its current term (taken, or renewed by a beat) at or after
+        # this (monotonic); and the earliest a lease was asked for since the keeper last listed
+        # the leases to renew (not in that list: its own term counts).
+        self._fresh_since = time.monotonic()
+        self._unlisted = math.inf
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
 
     def acquire(self, run_id: str) -> Lease | None:
         # the holder's pid in the token: who holds a run is visible to operators and tests
         token = f"{os.getpid()}-{secrets.token_hex(6)}"
+        asked = time.monotonic()  # its term begins after this
         # what the holder reads first, sent behind the lease in one round trip (issue 28);
         # Redis runs them in this order, so they are read with the lease held, as one by one
         pipe = self.redis.pipeline(transaction=False)
@@ -114,9 +118,11 @@ class LeaseKeeper:
         if not taken:
             return None
         with self._lock:
+            if not self._held:  # the only one held: its term alone counts
+                self._fresh_since = asked
             self._held[run_id] = token
+            self._unlisted = min(self._unlisted, asked)
             if self._thread is None or not self._thread.is_alive():
-                self._beat_at = time.monotonic()  # none held before this one: none is behind
                 self._thread = threading.Thread(
                     target=self._heartbeat, name="lease-keeper", daemon=True
                 )
@@ -140,32 +146,37 @@ class LeaseKeeper:
 
     def save_term(self) -> int:
         """The term a fenced save renews its lease for (ms): none while the keeper keeps up;
-        the full term once its last beat is more than a beat old (the keeper is late or its
-        renewal failed), so a run that is saving keeps its lease."""
-        return self.ms if time.monotonic() - self._beat_at > self.every else 0
+        the full term once a lease held may have gone half its term without a renewal (the
+        keeper is late, or its renewal failed), so a run that is saving keeps its lease."""
+        return self.ms if time.monotonic() - self._fresh_since > 1.5 * self.every else 0
 
     def _heartbeat(self) -> None:
         while True:  # a daemon thread: it goes with the process
             due = time.monotonic() + self.every
             time.sleep(self.every)
-            began = time.monotonic()
-            with self._lock:
-                held = list(self._held.items())
-            if not held:
-                self._beat_at = began  # nothing to renew
-                continue
-            self.renew(held, began)
-            # A beat done a third of a lease late (the process too busy to run this thread,
-            # more runs than its CPU serves; or Redis slow to answer) leaves leases near
-            # lapsing, and a lapsed one's run is queued again while its worker goes on: said,
-            # with how late.
-            late = time.monotonic() - due
-            if late > self.every:
-                log.warning("lease_renew_late", seconds=round(late, 2), runs=len(held))
+            try:
+                self._beat(due)
+            except Exception:  # the next beat tries again; meanwhile saves renew (save_term)
+                log.exception("lease_keeper_failed")
 
-    def renew(self, held: list[tuple[str, str]], began: float | None = None) -> None:
-        """Renew `held` (run id, token) leases, listed at `began` (monotonic; now if None)."""
-        began = time.monotonic() if began is None else began
+    def _beat(self, due: float) -> None:
+        began = time.monotonic()
+        with self._lock:
+            held = list(self._held.items())
+            self._unlisted = math.inf  # those asked for before now are in `held`
+        if held and not self.renew(held):
+            return
+        with self._lock:  # those taken since the list was made: from when they were asked for
+            self._fresh_since = min(began, self._unlisted)
+        # A beat done a third of a lease late (the process too busy to run this thread, more
+        # runs than its CPU serves; or Redis slow to answer) leaves leases near lapsing, and a
+        # lapsed one's run is queued again while its worker goes on: said, with how late.
+        late = time.monotonic() - due
+        if held and late > self.every:
+            log.warning("lease_renew_late", seconds=round(late, 2), runs=len(held))
+
+    def renew(self, held: list[tuple[str, str]]) -> bool:
+        """Renew `held` (run id, token) leases; False when Redis failed (logged)."""
         renewed: list[int] = []
         try:
             for start in range(0, len(held), RENEW_CHUNK):
@@ -174,8 +185,7 @@ class LeaseKeeper:
                 renewed += self._renew(keys=keys, args=[self.ms, *(t for _, t in chunk)])
         except redis.RedisError:
             log.warning("lease_renew_failed", runs=len(held), exc_info=True)
-            return
-        self._beat_at = began
+            return False
         for (run_id, token), ok in zip(held, renewed, strict=True):
             if ok:
                 continue
@@ -185,3 +195,4 @@ class LeaseKeeper:
                     del self._held[run_id]
             if lost:  # another worker took it over: our next fenced save fails
                 log.warning("lease_lost", run_id=run_id)
+        return True
