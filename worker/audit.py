@@ -111,7 +111,8 @@ def find_runs(
 ) -> Found:
     """The newest `limit` runs that match, through the narrowest index: the user's runs
     (scored by creation time); else, for a status without a time range, the status index
-    (scored by last update: the runs that reached it last, as App Home lists them); else all
+    (scored by when each run reached the status: the runs that reached it last, as App Home
+    lists them); else all
     runs in the time range. A channel has no index of its own: its runs are found among
     those the time range names."""
     limit = max(1, min(limit, MAX_LIMIT))
@@ -141,7 +142,7 @@ def find_runs(
         found.runs += [
             Run.from_document(d) for d in documents if where.matches(d) and d["id"] not in seen
         ]
-    found.runs.sort(key=lambda r: r.created_at, reverse=True)  # the status index is by update
+    found.runs.sort(key=lambda r: r.created_at, reverse=True)  # a status index is by arrival
     del found.runs[limit:]
     return found
 

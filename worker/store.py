@@ -146,7 +146,9 @@ class RunStore:
         if wake:
             # A new run has no due entry to stay ahead of (what the wake script is for): its
             # first is stamped here, without the script's three commands and the SCRIPT EXISTS
-            # redis-py sends before a script in a transaction.
+            # redis-py sends before a script in a transaction. With this host's clock, as the
+            # sweeper reads the due set with its own (`overdue`): hosts' clocks must agree to
+            # well within a lease (15 s by default), as they must for that.
             pipe.zadd(self.keys.due, {run.id: int(time.time() * 1000)})
         pipe.execute()
 
@@ -295,8 +297,10 @@ class RunStore:
             )
 
     def trim_indexes(self) -> None:
-        """Drop index entries of runs past retention (their documents expired on their own:
-        every save sets a run's TTL, so an entry scored before the cutoff has no document)."""
+        """Drop index entries of runs past retention (their documents expired on their own: a
+        run's document expires `retention` after it reached its status, when its status index
+        entry was scored, so an entry scored before the cutoff has no document, or one about
+        to expire if the saving worker's clock is behind this one's)."""
         cutoff = time.time() - self.retention
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(self.keys.all_runs, 0, cutoff)
