@@ -104,7 +104,7 @@ class Burst:
     redis_rest_kib: int = 0  # the Redis server's share of rest_kib (Switchboard)
     bot_rest_kib: int = 0  # the bot's share of rest_kib (Switchboard)
     at_model: int = 0  # the most chat requests the fake model answered at once
-    rest_threads: int = 0  # threads of the side's processes (not Redis) at rest
+    rest_threads: int = 0  # threads of the side's workers (not the bot, not Redis) at rest
     rest_sockets: int = 0  # and their open sockets (Redis, the model, the bot): what a burst
     # leaves open shows here, not only in RSS
 
@@ -403,7 +403,6 @@ def run_rounds(
         conn = redis.Redis.from_url(url)
         rt = make_runtime(conn, fake.url)
         flags = worker_args(p.concurrency)
-        workers = common.switchboard_workers(p.processes, url, fake.url, tmp, *flags)
         bot_env = worker_env(
             url,
             fake.url,
@@ -412,7 +411,13 @@ def run_rounds(
             SLACK_API_URL=slack.url,
             SLACK_SIGNING_SECRET="bench-signing-secret",
         )
-        sides.append(SwitchboardSide(rt, workers, BotProcess(bot_env, tmp / "bot.log"), p.runs))
+        bot = BotProcess(bot_env, tmp / "bot.log")  # first: it waits to answer, and may fail
+        try:
+            workers = common.switchboard_workers(p.processes, url, fake.url, tmp, *flags)
+        except BaseException:
+            bot.stop()
+            raise
+        sides.append(SwitchboardSide(rt, workers, bot, p.runs))
         common.wait_for_workers(conn, rt.queue.name, p.processes)
         PeerSide.write_task(tmp)
         sides += [PeerSide(kind, fake.url, p.runs, tmp) for kind in p.peers]

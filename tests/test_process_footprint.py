@@ -2,7 +2,8 @@
 deployment: a worker or a bot with neither MCP servers nor per-user connections does not
 import the `mcp` SDK (~25 MiB a process) or cryptography's Fernet (~6 MiB). Both were
 imported by every process through the per-user connections' modules: a worker at rest went
-from 110.7 to 84.1 MiB without them."""
+from 110.7 to 84.1 MiB without them. A process with connection keys imports both as it
+starts, not inside the first connect click."""
 
 from __future__ import annotations
 
@@ -10,29 +11,46 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
+from tests.fakes.slack_server import FakeSlack
 from tests.support.processes import worker_env
 
 UNUSED = ("mcp", "cryptography.fernet")
 
 # What `switchboard worker` and `switchboard bot` import and build before they serve (the
-# Slack app too: the bot's), then which of UNUSED were imported.
+# bot's Slack app too, against FakeSlack), then which of UNUSED were imported.
 LOADS = f"""
-import sys
+import os, sys
 import switchboard.cli, switchboard.services_cli
-import bot.transport.serve, worker.process
+import worker.process
+from bot.transport.serve import build_app
 from switchboard.settings import Config
 from switchboard.wiring import open_runtime
 rt = open_runtime(Config())
+build_app(rt, bot_token="xoxb-test", signing_secret="s", api_url=os.environ["SLACK_API_URL"])
 print(sorted(m for m in {UNUSED!r} if m in sys.modules))
 """
+
+
+def loaded(env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
 
 
 def test_a_process_with_no_mcp_server_or_connection_keys_loads_neither_sdk(
     redis_url: str, tmp_path: Path
 ) -> None:
-    env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", LOADS], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+    with FakeSlack() as slack:
+        env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path, SLACK_API_URL=slack.url)
+        assert loaded(env) == "[]"
+        keys = Fernet.generate_key().decode()
+        with_keys = {
+            **env,
+            "SWITCHBOARD_CONNECTION_KEYS": keys,
+            "SWITCHBOARD_PUBLIC_URL": "https://sb.test",
+        }
+        assert loaded(with_keys) == str(sorted(UNUSED))

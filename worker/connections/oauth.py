@@ -75,6 +75,13 @@ class Provider:
         return bool(self.authorize_url and self.token_url and self.client_id)
 
 
+def load_sdk() -> None:
+    """Import the SDK now, as a process with connections configured starts (~0.4 s here),
+    not inside the first connect click or token refresh."""
+    import mcp.client.auth.utils
+    import mcp.shared.auth  # noqa: F401
+
+
 def pkce() -> PKCEParameters:
     from mcp.client.auth import PKCEParameters
 
