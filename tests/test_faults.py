@@ -352,6 +352,33 @@ def test_a_save_renews_its_lease_when_the_keeper_is_late(redis_conn):
     lease.release("")
 
 
+def test_a_lease_taken_as_a_beat_ends_is_counted_from_when_it_was_asked_for(redis_conn):
+    """A lease set in Redis and then kept waiting for the keeper's lock (the GIL given to
+    other threads) while a beat that did not list it ends: the keeper must not take it for
+    fresher than it is, or a save would not renew it when the keeper falls behind. The beat
+    is played here by what it does last, moving the time every held lease is fresh from."""
+    import threading
+    import time
+
+    from worker.lease import LeaseKeeper
+    from worker.store import RunStore
+
+    keeper = LeaseKeeper(RunStore(redis_conn), seconds=60.0)
+    first = keeper.acquire("r-held")
+    assert first is not None
+    taken: list[object] = []
+    with keeper._lock:  # the second acquire sets its lease, then waits here
+        late = threading.Thread(target=lambda: taken.append(keeper.acquire("r-late")))
+        late.start()
+        wait_until(lambda: redis_conn.exists(keeper.store.keys.lease("r-late")), what="the SET")
+        ended = keeper._fresh_since = time.monotonic()  # a beat that listed only r-held ends
+    late.join(10)
+    assert taken and taken[0] is not None
+    assert keeper._fresh_since < ended  # r-late's term began before that beat ended
+    for lease in (first, taken[0]):
+        lease.release("")  # type: ignore[attr-defined]
+
+
 def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
     redis_conn, redis_url, model_server, faults, tmp_path
 ):

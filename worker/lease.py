@@ -118,8 +118,9 @@ class LeaseKeeper:
         if not taken:
             return None
         with self._lock:
-            if not self._held:  # the only one held: its term alone counts
-                self._fresh_since = asked
+            # the only one held: its term alone counts; else the earliest (a beat may have
+            # ended, or another lease been taken, between its SET and this)
+            self._fresh_since = asked if not self._held else min(self._fresh_since, asked)
             self._held[run_id] = token
             self._unlisted = min(self._unlisted, asked)
             if self._thread is None or not self._thread.is_alive():
