@@ -19,6 +19,20 @@ log = structlog.get_logger(__name__)
 MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a runaway log
 POLL_SECONDS = 0.05
 
+# KEYS: the log.  ARGV: its time to live should these events begin it (0: none), the most
+# events it keeps, the events. Returns 1 when the log was full and its newest events were
+# dropped. One script: a log begun again (it had gone while its run stayed) is never left
+# without its time to live.
+_APPEND = """
+local length = redis.call('RPUSH', KEYS[1], unpack(ARGV, 3))
+if length == #ARGV - 2 and tonumber(ARGV[1]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+if length > tonumber(ARGV[2]) then
+  redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+  return 1
+end
+return 0
+"""
+
 
 def said_full(run_id: str) -> None:
     """A write found the run's log full and dropped what it brought (here, or in the save's
@@ -35,6 +49,7 @@ class EventLog:
         # as long as its run (worker/store.py), and one begun again outside a save (it had
         # gone while its run stayed) must not be kept for good.
         self.retention = retention
+        self._append = connection.register_script(_APPEND)
         # run id -> events not written yet, while this process holds the run. One thread works
         # a run at a time, and each touches only its own run's list.
         self._held: dict[str, list[str]] = {}
@@ -82,11 +97,8 @@ class EventLog:
         self._held.pop(run_id, None)
 
     def _push(self, run_id: str, bodies: list[str]) -> None:
-        length = int(self.redis.rpush(self.keys.events(run_id), *bodies))
-        if length == len(bodies) and self.retention:  # this write began the log
-            self.redis.expire(self.keys.events(run_id), self.retention)
-        if length > MAX_EVENTS_PER_RUN:
-            self.redis.ltrim(self.keys.events(run_id), 0, MAX_EVENTS_PER_RUN - 1)
+        args = [self.retention, MAX_EVENTS_PER_RUN, *bodies]
+        if self._append(keys=[self.keys.events(run_id)], args=args):
             said_full(run_id)
 
     def read(self, run_id: str, after: str = "0", count: int | None = None) -> list[Event]:
