@@ -108,10 +108,11 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
         return 2
     grace = args.grace if args.grace is not None else config.stop_grace_seconds
     if args.processes <= 1:
-        from switchboard.startup import check_model
+        from switchboard.startup import check_model, load_connections_sdk
         from worker.process import serve
 
         check_model(rt)  # warns when the model server cannot be reached; never stops start-up
+        load_connections_sdk(rt)
         if args.metrics_port:
             from worker import metrics
 
@@ -190,9 +191,10 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
     logs.drop_reported(_WSS_FAILURE)  # said below, in one line
     logs.drop_reported(_BOLT_TOKEN_NOTE)  # Bolt sees SLACK_BOT_TOKEN set; we pass the client
     rt = open_runtime(config)
-    from switchboard.startup import check_model
+    from switchboard.startup import check_model, load_connections_sdk
 
     check_model(rt)  # warns when the model server cannot be reached; never stops start-up
+    load_connections_sdk(rt)
     if args.metrics_port:
         from worker import metrics
 

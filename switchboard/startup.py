@@ -13,3 +13,13 @@ def check_model(rt: Runtime) -> bool:
     if isinstance(rt.model, ModelClient):
         return rt.model.check()
     return True
+
+
+def load_connections_sdk(rt: Runtime) -> None:
+    """With per-user connections configured, the SDK their OAuth steps use is imported now
+    (~0.4 s), not inside the first connect click or token refresh; commands that only read
+    (`runs list`...) do not pay it."""
+    if rt.connections is not None:
+        from worker.connections.oauth import load_sdk
+
+        load_sdk()

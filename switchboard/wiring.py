@@ -16,7 +16,7 @@ from tools.policy import Policy
 from tools.registry import load_modules, registry
 from worker import policy_watch
 from worker.budgets import PriceTable
-from worker.connections.oauth import Provider, load_sdk
+from worker.connections.oauth import Provider
 from worker.connections.providers import ProvidersError, read_providers
 from worker.connections.store import ConnectionStore, KeysMissing
 from worker.connections.tokens import Connections
@@ -252,7 +252,6 @@ def connections_of(config: Config, conn: redis.Redis, namespace: str) -> Connect
         path = Path(config.oauth_providers)
         providers = read_providers(path.read_text(encoding="utf-8"), str(path), os.environ)
     connections = Connections(store, providers, config.public_url)
-    load_sdk()
     for server in servers:
         connections.add(mcp_provider(server))
     return connections

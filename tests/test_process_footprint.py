@@ -3,7 +3,8 @@ deployment: a worker or a bot with neither MCP servers nor per-user connections 
 import the `mcp` SDK (~25 MiB a process) or cryptography's Fernet (~6 MiB). Both were
 imported by every process through the per-user connections' modules: a worker at rest went
 from 110.7 to 84.1 MiB without them. A process with connection keys imports both as it
-starts, not inside the first connect click."""
+starts (the bot and workers; a command that only reads does not), not inside the first
+connect click."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.support.processes import worker_env
 
 UNUSED = ("mcp", "cryptography.fernet")
 
-# What `switchboard worker` and `switchboard bot` import and build before they serve (the
+# What `switchboard worker` and `switchboard bot` import, build and do before they serve (the
 # bot's Slack app too, against FakeSlack), then which of UNUSED were imported.
 LOADS = f"""
 import os, sys
@@ -26,8 +27,10 @@ import switchboard.cli, switchboard.services_cli
 import worker.process
 from bot.transport.serve import build_app
 from switchboard.settings import Config
+from switchboard.startup import load_connections_sdk
 from switchboard.wiring import open_runtime
 rt = open_runtime(Config())
+load_connections_sdk(rt)
 build_app(rt, bot_token="xoxb-test", signing_secret="s", api_url=os.environ["SLACK_API_URL"])
 print(sorted(m for m in {UNUSED!r} if m in sys.modules))
 """

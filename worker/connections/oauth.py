@@ -76,8 +76,7 @@ class Provider:
 
 
 def load_sdk() -> None:
-    """Import the SDK now, as a process with connections configured starts (~0.4 s here),
-    not inside the first connect click or token refresh."""
+    """Import the SDK now (~0.4 s here): see switchboard/startup.py."""
     import mcp.client.auth.utils
     import mcp.shared.auth  # noqa: F401
 
