@@ -411,7 +411,7 @@ def run_rounds(
             SLACK_API_URL=slack.url,
             SLACK_SIGNING_SECRET="bench-signing-secret",
         )
-        bot = BotProcess(bot_env, tmp / "bot.log")  # first: it waits to answer, and may fail
+        bot = BotProcess(bot_env, tmp / "bot.log")
         try:
             workers = common.switchboard_workers(p.processes, url, fake.url, tmp, *flags)
         except BaseException:

@@ -205,7 +205,15 @@ def switchboard_workers(
     """`python -m switchboard worker *args` x n, env as tests/support/processes.worker_env with the
     production lease and sweep timers (and `extra`)."""
     env = worker_env(redis_url, model_url, tmp, **{**PRODUCTION_TIMERS, **extra})
-    return [WorkerProcess(env, tmp / f"worker-{i}.log", *args) for i in range(n)]
+    workers: list[WorkerProcess] = []
+    try:
+        for i in range(n):
+            workers.append(WorkerProcess(env, tmp / f"worker-{i}.log", *args))
+    except BaseException:  # those started would outlive the benchmark (sessions of their own)
+        for worker in workers:
+            worker.stop()
+        raise
+    return workers
 
 
 def worker_has_option(option: str) -> bool:
@@ -280,7 +288,11 @@ class BotProcess(SwitchboardProcess):
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.port = free_port()
         super().__init__(env, log, "bot", "--http", "--port", str(self.port))
-        wait_until(self._alive, 60, "the bot to answer /livez")
+        try:
+            wait_until(self._alive, 60, "the bot to answer /livez")
+        except BaseException:  # in a session of its own: it would outlive the benchmark
+            self.stop()
+            raise
 
     @property
     def url(self) -> str:

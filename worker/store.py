@@ -297,10 +297,12 @@ class RunStore:
             )
 
     def trim_indexes(self) -> None:
-        """Drop index entries of runs past retention (their documents expired on their own: a
-        run's document expires `retention` after it reached its status, when its status index
-        entry was scored, so an entry scored before the cutoff has no document, or one about
-        to expire if the saving worker's clock is behind this one's)."""
+        """Drop index entries of runs past retention. A run's document expires `retention`
+        after it reached its status, when its status index entry was scored, so such an entry
+        scored before the cutoff has no document (or one about to expire, if the saving
+        worker's clock is behind this one's). The index of all runs is scored by creation:
+        a run created before the cutoff leaves it, its document kept if its status changed
+        since, as the README says (listings by time reach the runs created within it)."""
         cutoff = time.time() - self.retention
         pipe = self.redis.pipeline(transaction=False)
         pipe.zremrangebyscore(self.keys.all_runs, 0, cutoff)
