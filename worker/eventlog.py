@@ -19,19 +19,33 @@ log = structlog.get_logger(__name__)
 MAX_EVENTS_PER_RUN = 5000  # a run is bounded by its budgets; this only stops a runaway log
 POLL_SECONDS = 0.05
 
-# KEYS: the log.  ARGV: its time to live should these events begin it (0: none), the most
-# events it keeps, the events. Returns 1 when the log was full and its newest events were
-# dropped. One script: a log begun again (it had gone while its run stayed) is never left
-# without its time to live.
-_APPEND = """
-local length = redis.call('RPUSH', KEYS[1], unpack(ARGV, 3))
-if length == #ARGV - 2 and tonumber(ARGV[1]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-if length > tonumber(ARGV[2]) then
-  redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-  return 1
+# For every script that appends to a run's log (this module's, a save's, a model call's
+# start): the events ARGV[first..] at the end of `log`, which gets its time to live `ttl`
+# (0: none) when they began it (it had gone while its run stayed: in the same script, so it
+# is never left without one), capped at `most` events. Returns whether the log was full (its
+# newest events dropped), and whether these events began it.
+APPEND_LUA = """
+local function append(log, first, ttl, most)
+  local length = redis.call('RPUSH', log, unpack(ARGV, first))
+  local began = length == #ARGV - first + 1
+  if began and ttl > 0 then redis.call('EXPIRE', log, ttl) end
+  if length > most then
+    redis.call('LTRIM', log, 0, most - 1)
+    return true, began
+  end
+  return false, began
 end
+"""
+
+# KEYS: the log.  ARGV: its time to live should these events begin it, the most events it
+# keeps, the events. Returns 1 when the log was full.
+_APPEND = (
+    APPEND_LUA
+    + """
+if append(KEYS[1], 3, tonumber(ARGV[1]), tonumber(ARGV[2])) then return 1 end
 return 0
 """
+)
 
 
 def said_full(run_id: str) -> None:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import redis
 
 from approvals import WAKE_LUA
-from worker.eventlog import MAX_EVENTS_PER_RUN, said_full
+from worker.eventlog import APPEND_LUA, MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
 
 
@@ -81,7 +81,9 @@ return admitted
 # are in the log); 2: the same, but the log was full and its newest events were dropped; 0:
 # the cap is reached, or the calls already in flight are expected to
 # reach it (this one would pass it); nothing is written then.
-_BEGIN_CALL = """
+_BEGIN_CALL = (
+    APPEND_LUA
+    + """
 local cap = tonumber(ARGV[1])
 if cap > 0 then
   local read = redis.call('MGET', KEYS[1], KEYS[3])  -- one command for the two counters
@@ -105,18 +107,10 @@ if cap > 0 then
   -- a hash that kept an entry still has the time to live it was made with
   if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
 end
-if #ARGV > 6 then
-  local length = redis.call('RPUSH', KEYS[4], unpack(ARGV, 7))
-  if length == #ARGV - 6 and tonumber(ARGV[6]) > 0 then
-    redis.call('EXPIRE', KEYS[4], ARGV[6])  -- these events began the log (it had gone)
-  end
-  if length > tonumber(ARGV[5]) then
-    redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[5]) - 1)
-    return 2
-  end
-end
+if #ARGV > 6 and append(KEYS[4], 7, tonumber(ARGV[6]), tonumber(ARGV[5])) then return 2 end
 return 1
 """
+)
 
 # KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost, then the
 # run id when its call is over (it stops counting as in flight as its cost is spent).

@@ -12,7 +12,7 @@ import redis
 import structlog
 
 from approvals import WAKE_LUA
-from worker.eventlog import MAX_EVENTS_PER_RUN, said_full
+from worker.eventlog import APPEND_LUA, MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
 from worker.run import Run, RunSchemaError, RunStatus, migrate
 
@@ -28,7 +28,9 @@ from worker.run import Run, RunSchemaError, RunStatus, migrate
 # Returns 0 when fenced off, else {1, who asked to cancel the run or false, 1 when the event log
 # was full and its newest events were dropped, else 0}: the loop learns of a cancellation from
 # its own save instead of asking at every step.
-_SAVE = """
+_SAVE = (
+    APPEND_LUA
+    + """
 -- the lease and the cancel mark in one read (a command fewer than two GETs, at every save)
 local marks = redis.call('MGET', KEYS[2], KEYS[5])
 if ARGV[1] ~= '' and marks[1] ~= ARGV[1] then return 0 end
@@ -67,21 +69,13 @@ else
     redis.call('SET', KEYS[1], ARGV[2])
   end
 end
-local full = 0
-local length = 0
-if #ARGV > 8 then
-  length = redis.call('RPUSH', KEYS[4], unpack(ARGV, 9))
-  if length > tonumber(ARGV[6]) then
-    redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[6]) - 1)
-    full = 1
-  end
-end
--- the log expires with the document; one these events began (it had gone) gets its time too
-if ttl > 0 and (not kept or (length > 0 and length == #ARGV - 8)) then
-  redis.call('EXPIRE', KEYS[4], ttl)
-end
-return {1, marks[2], full}
+local full, began = false, false
+if #ARGV > 8 then full, began = append(KEYS[4], 9, ttl, tonumber(ARGV[6])) end
+-- the log expires with the document (one these events began got its time in `append`)
+if ttl > 0 and not kept and not began then redis.call('EXPIRE', KEYS[4], ttl) end
+return {1, marks[2], full and 1 or 0}
 """
+)
 
 _WAKE = WAKE_LUA + "\nwake(KEYS[1], ARGV[1])\nreturn 1\n"
 
