@@ -14,6 +14,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tools.exceptions import brief
+
 if TYPE_CHECKING:
     from switchboard.settings import Config
 
@@ -102,7 +104,7 @@ def _redis_part(config: Config, status: Status) -> None:
             approval_ttl=config.approval_ttl,
         )
     except redis.RedisError as exc:
-        status.problems.append(f"Redis: {type(exc).__name__}: {exc}"[:300])
+        status.problems.append("Redis: " + brief(exc, 293))
         return
     finally:
         conn.close()

@@ -31,6 +31,12 @@ def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text[: max(limit - 1, 0)] + "…"
 
 
+def brief(exc: BaseException, limit: int = 300) -> str:
+    """An error in one bounded line, as logs and a failed run's detail give it: its type and
+    message, the first `limit` characters."""
+    return f"{type(exc).__name__}: {exc}"[:limit]
+
+
 class ArgumentError(ValueError):
     """The model's arguments for a tool call are unusable.
 

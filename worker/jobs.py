@@ -9,6 +9,7 @@ from __future__ import annotations
 import structlog
 from rq import get_current_job
 
+from tools.exceptions import brief
 from worker import runtime, tracing
 from worker.audit import log_decision
 from worker.events import EventKind
@@ -92,7 +93,7 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
     except Exception as exc:  # the job boundary: a run is never silently lost
         log.exception("advance_failed", run_id=run_id)
         try:
-            end(rt, run, Finish(RunStatus.FAILED, EndReason.INTERNAL_ERROR, _brief(exc)), token)
+            end(rt, run, Finish(RunStatus.FAILED, EndReason.INTERNAL_ERROR, brief(exc)), token)
         except LeaseLost:
             return "lost"
     return run.status.value
@@ -115,7 +116,3 @@ def expire(rt: runtime.Runtime, approval_id: str) -> str:
         rt.surface(run).approval_resolved(run, decision.request)
     rt.enqueue_advance(request.run_id)
     return "expired"
-
-
-def _brief(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -40,7 +40,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from tools.exceptions import OperatorError
+from tools.exceptions import OperatorError, brief
 from worker.fleet import ask_fleet, fleet_of
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class SharedState(Collector):
             depth, pending, first, workers = pipe.execute()
             fleet = fleet_of(workers)
         except redis.RedisError as exc:
-            log.warning("metrics_redis_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            log.warning("metrics_redis_failed", error=brief(exc))
             return [*gauges, _gauge("switchboard_redis_up", value=0)]
         # The pending index is scored by expiry; every request gets the same TTL.
         oldest = time.time() - (first[0][1] - rt.settings.approval_ttl) if first else 0.0

@@ -45,6 +45,7 @@ from rq.timeouts import JobTimeoutException
 from rq.utils import now
 from rq.worker import WorkerStatus
 
+from tools.exceptions import brief
 from worker import memory, runtime
 from worker.runtime import Runtime
 from worker.sweeper import Sweeper
@@ -84,10 +85,6 @@ def _is_lean(job: Job) -> bool:
         return job.func_name == LEAN_FUNC
     except Exception:  # a job this release cannot read: RQ's path fails it, as it would
         return False
-
-
-def _brief(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def slot_queue_class(stopping: threading.Event) -> type[SlotQueue]:
@@ -187,7 +184,7 @@ class SlotWorker(SimpleWorker):
             # intermediate queue is recorded by RQ's maintenance, a minute later, as stuck
             # there (failed). The slot's loop goes on (its next command says whether Redis
             # is back).
-            log.warning("worker_slot_job_not_taken", job_id=job.id, error=_brief(exc))
+            log.warning("worker_slot_job_not_taken", job_id=job.id, error=brief(exc))
             return
         succeeded = False
         try:  # as in RQ's `perform_job`, whatever fails here fails the job, not the slot's loop
@@ -209,7 +206,7 @@ class SlotWorker(SimpleWorker):
             self.set_state(WorkerStatus.IDLE, pipeline=pipe)
             pipe.execute()
         except Exception as exc:  # the key expires with the job's timeout; the loop goes on
-            log.warning("worker_slot_job_not_closed", job_id=job.id, error=_brief(exc))
+            log.warning("worker_slot_job_not_closed", job_id=job.id, error=brief(exc))
 
     def check_for_suspension(self, burst: bool) -> None:
         """RQ asks Redis whether the workers are suspended (`rq suspend`) before every job (a
@@ -382,7 +379,7 @@ def unblock_idle_slots(rt: Runtime) -> int:
         for client_id in blocked:
             rt.redis.client_unblock(int(client_id), error=True)
     except redis.RedisError as exc:
-        log.warning("worker_unblock_failed", error=_brief(exc))
+        log.warning("worker_unblock_failed", error=brief(exc))
         return 0
     return len(blocked)
 

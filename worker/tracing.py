@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from tools.exceptions import brief
 from worker.redact import redact_text, redact_value
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def setup(
     try:
         _state = _start(role, exporter, user_ids, tuple(s for s in known_secrets if s))
     except (ImportError, ValueError) as exc:
-        log.warning("tracing_not_started", error=f"{type(exc).__name__}: {exc}"[:300])
+        log.warning("tracing_not_started", error=brief(exc))
         return False
     log.info("tracing_started", role=role)
     return True

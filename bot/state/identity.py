@@ -23,6 +23,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
 from bot.state.installations import Home
+from tools.exceptions import brief
 from tools.policy import EXTERNAL
 from worker.keys import Keys
 from worker.roles import RolesUnavailable
@@ -173,7 +174,7 @@ class UserGroups:
         try:
             self.shared.set(self.key, raw, px=int(self.ttl * 1000))
         except Exception as exc:  # only a cache: Slack's answer is already in use here
-            log.warning("usergroups_shared_unwritable", error=f"{type(exc).__name__}: {exc}"[:300])
+            log.warning("usergroups_shared_unwritable", error=brief(exc))
 
     def _fetch(self) -> dict[str, set[str]]:
         response = self.client.usergroups_list(include_users=True)
