@@ -360,23 +360,24 @@ def test_a_lease_taken_as_a_beat_ends_is_counted_from_when_it_was_asked_for(redi
     import threading
     import time
 
-    from worker.lease import LeaseKeeper
+    from worker.lease import Lease, LeaseKeeper
     from worker.store import RunStore
 
     keeper = LeaseKeeper(RunStore(redis_conn), seconds=60.0)
     first = keeper.acquire("r-held")
     assert first is not None
-    taken: list[object] = []
+    taken: list[Lease | None] = []
     with keeper._lock:  # the second acquire sets its lease, then waits here
         late = threading.Thread(target=lambda: taken.append(keeper.acquire("r-late")))
         late.start()
         wait_until(lambda: redis_conn.exists(keeper.store.keys.lease("r-late")), what="the SET")
         ended = keeper._fresh_since = time.monotonic()  # a beat that listed only r-held ends
     late.join(10)
-    assert taken and taken[0] is not None
+    [second] = taken
+    assert second is not None
     assert keeper._fresh_since < ended  # r-late's term began before that beat ended
-    for lease in (first, taken[0]):
-        lease.release("")  # type: ignore[attr-defined]
+    for lease in (first, second):
+        lease.release("")
 
 
 def test_kill_minus_nine_of_a_process_with_eight_runs_in_flight_loses_none_and_repeats_no_write(
