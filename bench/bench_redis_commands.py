@@ -6,8 +6,11 @@ Redis (or REDIS_URL, flushed), each measured from a `CONFIG RESETSTAT`:
 
   Switchboard  ONE `python -m switchboard worker --concurrency 4` (production lease and sweep
                timers, default settings otherwise) and this process as the bot
-               (`service.submit`); the fake model answers bench_loop's fee question (four model
-               calls, three tool calls) at once. Every run is checked: completed, 4 steps.
+               (`service.submit`, with the default per-person limits a bot enforces: runs in
+               flight, runs a minute, spend a day), each run asked by a person of its own (as
+               in a workspace: nobody waits in their own line, nobody hits the per-minute
+               limit); the fake model answers bench_loop's fee question (four model calls,
+               three tool calls) at once. Every run is checked: completed, 4 steps.
   raw RQ       ONE bare RQ SimpleWorker process (JSON serializer, the same worker TTLs) and
                this process enqueueing a no-op job per run, the least a run's one job costs.
 
@@ -28,6 +31,7 @@ the worker CPU as commands inside a script do not.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -39,13 +43,16 @@ from common import FEE_QUESTION, FakeModelProcess, RawRQWorker, row
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from switchboard.settings import Config
 from tests.support.runtime import ALICE, make_runtime
 from worker import service
+from worker.limits import Limits
 from worker.run import RunStatus
 from worker.runtime import Runtime
 
 TARGET = 60  # commands per run (issue 28)
 MODEL_CALLS = 4
+PEOPLE = itertools.count()  # each run asked by a person of its own
 IGNORED = {"info", "config|resetstat", "config"}  # this process's reading of the counts
 
 
@@ -90,7 +97,9 @@ def switchboard_side(rt: Runtime, runs: int) -> Measured:
     keys = [rt.store.keys.status(s) for s in ended_as]
 
     def submit() -> None:
-        ids.extend(service.submit(rt, FEE_QUESTION, ALICE).id for _ in range(runs))
+        for _ in range(runs):
+            person = ALICE.model_copy(update={"user_id": f"U{next(PEOPLE):06d}"})
+            ids.append(service.submit(rt, FEE_QUESTION, person).id)
 
     def ended() -> bool:
         pipe = rt.redis.pipeline(transaction=False)
@@ -131,7 +140,13 @@ def main() -> int:
         fake = FakeModelProcess(validate=False)
         workers = common.switchboard_workers(1, url, fake.url, tmp, "--concurrency", "4")
         try:  # each side measured with only its own worker running (idle workers send too)
-            rt = make_runtime(conn, fake.url)
+            config = Config()  # the bot's per-person limits, as a deployment's defaults
+            limits = Limits(
+                runs_in_flight=config.user_runs_in_flight,
+                runs_per_minute=config.user_runs_per_minute,
+                cost_per_day=config.user_cost_per_day,
+            )
+            rt = make_runtime(conn, fake.url, limits=limits)
             common.wait_for_workers(conn, rt.queue.name, 1)
             switchboard_side(rt, 8)  # warm-up: scripts loaded, connections made
             sb = switchboard_side(rt, args.runs)
