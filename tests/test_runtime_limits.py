@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tools.registry import ToolRegistry
 from worker import service
 from worker.budgets import PriceTable
 from worker.events import EventKind
-from worker.limits import Limits, PersonLimits
+from worker.limits import CallStart, Limits, PersonLimits
 from worker.model import ModelError, Spent
 from worker.model_watch import StepWatch
 from worker.process import make_worker
@@ -166,6 +167,7 @@ def test_a_call_is_on_record_as_started_only_once_it_may_start(
     limits = Limits(cost_per_day=0.05) if capped else Limits()
     rt = make_runtime(redis_conn, model_server.url, limits=limits)
     calls = rt.limits._cost_key(ALICE.user_id, "calls")
+    redis_conn.set(rt.limits._cost_key(ALICE.user_id, "largest"), "0.01")  # a priced call today
     run = service.submit(rt, "anything", ALICE)
     before = [e.kind for e in rt.events.read(run.id)]
     rt.events.hold(run.id)
@@ -308,6 +310,7 @@ def test_the_calls_in_flight_keep_a_time_to_live_however_their_entries_come_and_
     # less per model call); a hash whose entries all went stale is such a hash too.
     limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
     calls = limits._call_keys("U1")[1]
+    redis_conn.set(limits._call_keys("U1")[2], "0.5")  # the day's largest call: a place costs it
     assert limits.begin_call("U1", "r1").over is None
     assert 0 < redis_conn.ttl(calls) <= 172800
     redis_conn.expire(calls, 60)
@@ -317,22 +320,49 @@ def test_the_calls_in_flight_keep_a_time_to_live_however_their_entries_come_and_
     redis_conn.hset(calls, mapping={"r1": "1|0", "r2": "1|0"})  # stale long ago
     assert limits.begin_call("U1", "r3").over is None
     assert redis_conn.hkeys(calls) == [b"r3"] and 0 < redis_conn.ttl(calls) <= 172800
-    limits.end_call("U1", "r3", 0.0, reserved=True)
+    limits.end_call("U1", "r3", 0.0, reserved=True, held=True)
     assert not redis_conn.exists(calls)
 
 
 def test_a_call_reserved_under_a_cap_is_ended_after_a_reload_removed_the_cap(redis_conn):
     limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
     calls = limits._call_keys("U1")[1]
+    redis_conn.set(limits._call_keys("U1")[2], "0.5")  # the day's largest call
     started = limits.begin_call("U1", "r1")
-    assert started.over is None and started.reserved and redis_conn.hkeys(calls) == [b"r1"]
+    assert started == CallStart(None, True, True) and redis_conn.hkeys(calls) == [b"r1"]
     limits.limits = Limits()  # the policy reloaded without a cap, mid-call
-    limits.end_call("U1", "r1", 0.0, reserved=started.reserved)
+    limits.end_call("U1", "r1", 0.0, reserved=started.reserved, held=started.held)
     assert not redis_conn.exists(calls)
     # without a cap, nothing is reserved, and ending the call writes nothing
-    assert limits.begin_call("U1", "r2") == (None, False)
-    limits.end_call("U1", "r2", 0.0, reserved=False)
+    assert limits.begin_call("U1", "r2") == (None, False, False)
+    limits.end_call("U1", "r2", 0.0, reserved=False, held=False)
     assert not redis_conn.exists(calls)
+
+
+def test_with_no_priced_call_today_a_call_holds_no_place_and_ending_it_writes_nothing(
+    redis_conn,
+):
+    """A place in flight is held at the day's largest call; while that is nothing (an
+    unpriced model, or no priced call yet), a place would change no decision, so none is
+    written and none is ended (issue 28: three commands a model call). What the call
+    costs is still charged, cap reloaded away or not, and the next call holds a place."""
+    limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
+    spent, calls, largest = limits._call_keys("U1")
+    redis_conn.hset(calls, "r9", f"{time.time()}|0.5")  # another run's call, in flight
+    redis_conn.expire(calls, 1000)
+    started = limits.begin_call("U1", "r1")
+    assert started == CallStart(None, True, False)
+    assert redis_conn.hkeys(calls) == [b"r9"] and redis_conn.ttl(calls) <= 1000  # untouched
+    redis_conn.config_resetstat()
+    limits.end_call("U1", "r1", 0.0, reserved=started.reserved, held=started.held)
+    assert "cmdstat_hdel" not in redis_conn.info("commandstats")  # nothing was written
+    limits.limits = Limits()  # a reload drops the cap mid-call: the answer is charged all the same
+    limits.end_call("U1", "r1", 0.25, reserved=started.reserved, held=started.held)
+    assert float(redis_conn.get(spent)) == 0.25 and float(redis_conn.get(largest)) == 0.25
+    assert redis_conn.hkeys(calls) == [b"r9"]
+    limits.limits = Limits(cost_per_day=5.0)
+    assert limits.begin_call("U1", "r1") == (None, True, True)  # at the largest call: $0.25
+    assert sorted(redis_conn.hkeys(calls)) == [b"r1", b"r9"]
 
 
 def test_a_step_reserved_under_a_cap_is_charged_and_ended_after_a_reload_removed_it(
@@ -343,6 +373,7 @@ def test_a_step_reserved_under_a_cap_is_charged_and_ended_after_a_reload_removed
     rt = make_runtime(redis_conn, model_server.url, limits=Limits(cost_per_day=5.0))
     rt.prices = PRICED
     calls = rt.limits._cost_key(ALICE.user_id, "calls")
+    redis_conn.set(rt.limits._cost_key(ALICE.user_id, "largest"), "0.01")  # a priced call today
     run = service.submit(rt, "anything", ALICE)
     watch = StepWatch(rt, run, step=1, timeout=10.0, max_tokens=100, attempts=3)
     assert watch.begin() is None and redis_conn.hkeys(calls) == [run.id.encode()]

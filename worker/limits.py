@@ -33,7 +33,8 @@ class CallStart(NamedTuple):
     """What `PersonLimits.begin_call` decided about a model call."""
 
     over: str | None  # the day's spend in words when the call may not start; else None
-    reserved: bool  # held as in flight: `end_call` ends it, even if the cap is gone by then
+    reserved: bool  # started under a cap: `end_call` charges it, even if the cap is gone by then
+    held: bool = False  # its place in flight written (a reservation of more than nothing)
 
 
 class LimitExceeded(Exception):
@@ -77,13 +78,16 @@ return admitted
 # day's largest call, the run's event log (when there are events).  ARGV: cap (0: none), run
 # id, now, stale cutoff, the most events the log keeps, the log's time to live should these
 # events begin it (0: none), then events to append when the call may start.
-# 1: the call may start (reserved at the largest call's cost, when there is a cap; its events
-# are in the log); 2: the same, but the log was full and its newest events were dropped; 0:
-# the cap is reached, or the calls already in flight are expected to
-# reach it (this one would pass it); nothing is written then.
+# 0: the cap is reached, or the calls already in flight are expected to reach it (this one
+# would pass it); nothing is written then. Else the call may start, its events are in the log,
+# and the answer adds: 2 when the log was full and its newest events were dropped; 4 when the
+# call holds a place in flight, at the largest call's cost. It holds none when that is
+# nothing (no priced call today): such a place would change no decision, and not writing it
+# spares its HSET, the hash's EXPIRE and the HDEL that ends it (issue 28).
 _BEGIN_CALL = (
     APPEND_LUA
     + """
+local answer = 1
 local cap = tonumber(ARGV[1])
 if cap > 0 then
   local read = redis.call('MGET', KEYS[1], KEYS[3])  -- one command for the two counters
@@ -103,12 +107,17 @@ if cap > 0 then
   end
   if reserved > 0 and spent + reserved >= cap then return 0 end
   local estimate = read[2] or '0'
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
-  -- a hash that kept an entry still has the time to live it was made with
-  if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
+  if tonumber(estimate) > 0 then
+    redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
+    -- a hash that kept an entry still has the time to live it was made with
+    if kept == 0 then redis.call('EXPIRE', KEYS[2], 172800) end
+    answer = answer + 4
+  end
 end
-if #ARGV > 6 and append(KEYS[4], 7, tonumber(ARGV[6]), tonumber(ARGV[5])) then return 2 end
-return 1
+if #ARGV > 6 and append(KEYS[4], 7, tonumber(ARGV[6]), tonumber(ARGV[5])) then
+  answer = answer + 2
+end
+return answer
 """
 )
 
@@ -160,11 +169,11 @@ class PersonLimits:
         log_ttl: int = 0,
     ) -> CallStart:
         """Just before a model call of `run_id`: whether it may go ahead (with a cap, it is
-        then held as in flight, at the cost of the person's largest call today, until
-        `end_call`), or the day's spend in words. Calls of the person's other runs in flight
-        count as spent: when they are expected to reach the cap, this one would pass it and
-        does not start, so concurrent runs too spend at most one call past the cap (as long
-        as no call costs more than the largest one before it).
+        then held as in flight, at the cost of the person's largest call today when that is
+        more than nothing, until `end_call`), or the day's spend in words. Calls of the
+        person's other runs in flight count as spent: when they are expected to reach the
+        cap, this one would pass it and does not start, so concurrent runs too spend at most
+        one call past the cap (as long as no call costs more than the largest one before it).
 
         `events` (encoded by EventLog) go to the run's log at `log_key` when the call may
         start, in the same script, cap or no cap: the call is on record as started as it is
@@ -179,11 +188,11 @@ class PersonLimits:
         if events:
             keys.append(log_key)
             args += events
-        started = self._begin_call(keys=keys, args=args)
+        started = int(self._begin_call(keys=keys, args=args))
         if started:
-            if started == 2:
+            if started & 2:
                 said_full(run_id)
-            return CallStart(None, reserved=per_day > 0)
+            return CallStart(None, reserved=per_day > 0, held=bool(started & 4))
         over = self.over_spend(user_id) or (
             f"your questions running now are expected to use the rest of today's "
             f"${per_day:.2f} of model time (UTC)."
@@ -197,17 +206,20 @@ class PersonLimits:
         if (reserved or self.limits.cost_per_day) and cost > 0:
             self._spend(keys=self._call_keys(user_id), args=[repr(cost)])
 
-    def end_call(self, user_id: str, run_id: str, cost: float, *, reserved: bool) -> None:
+    def end_call(
+        self, user_id: str, run_id: str, cost: float, *, reserved: bool, held: bool
+    ) -> None:
         """The model call of `run_id` is over: what its answer cost is added to the day's
-        spend (and is the largest call, if it is) as it stops counting as in flight, in one
-        script. A call `begin_call` `reserved` is ended even if a policy reload removed the
-        cap meanwhile: its place would otherwise count against the person until it went
-        stale, should the cap come back."""
+        spend (and is the largest call, if it is) as it stops counting as in flight (when it
+        `held` a place), in one script. A call `begin_call` `reserved` is charged and ended
+        even if a policy reload removed the cap meanwhile: its place would otherwise count
+        against the person until it went stale, should the cap come back."""
         if not (reserved or self.limits.cost_per_day):
             return
         if cost > 0:
-            self._spend(keys=self._call_keys(user_id), args=[repr(cost), run_id])
-        else:
+            args = [repr(cost), run_id] if held else [repr(cost)]
+            self._spend(keys=self._call_keys(user_id), args=args)
+        elif held:
             self.redis.hdel(self._cost_key(user_id, "calls"), run_id)
 
     def check(self, user_id: str) -> None:

@@ -9,7 +9,8 @@ person following the run sees the model being asked while it is, and every retry
 happens. The first attempt's start is written by the script that reserves the call against
 the person's day (worker/limits.py), and the answer's cost by the one that ends it: a model
 call costs Redis two round trips besides its step's save (three before, four when priced;
-issue 28). A worker that stops mid-call leaves `model_call_started` without its outcome; the
+issue 28), one when the person has no priced call today (nothing is reserved, nothing to
+end). A worker that stops mid-call leaves `model_call_started` without its outcome; the
 next worker's step starts again with its own.
 """
 
@@ -41,7 +42,8 @@ class StepWatch:
         self.attempt, self.attempts = 1, attempts
         self.started = time.monotonic()
         self.unspent = 0.0  # charged to the run, not yet to the person's day
-        self.reserved = False  # held as in flight against the person's day, until `end`
+        self.reserved = False  # started under the person's daily cap: charged by `end`
+        self.held = False  # a place in flight against the person's day, until `end`
 
     def begin(self) -> str | None:
         """Reserve the call against the person's day (worker/limits.py) and record its first
@@ -57,7 +59,7 @@ class StepWatch:
             call = rt.limits.begin_call(
                 run.requester.user_id, run.id, log_key, [*held, started], rt.events.retention
             )
-            written, self.reserved = call.over is None, call.reserved
+            written, self.reserved, self.held = call.over is None, call.reserved, call.held
         finally:
             if not written:
                 rt.events.put_back(run.id, held)
@@ -67,8 +69,10 @@ class StepWatch:
         """The step's call is over: what its answer cost goes to the person's day as the
         call stops counting as in flight, in one write."""
         user_id = self.run.requester.user_id
-        self.rt.limits.end_call(user_id, self.run.id, self.unspent, reserved=self.reserved)
-        self.unspent, self.reserved = 0.0, False
+        self.rt.limits.end_call(
+            user_id, self.run.id, self.unspent, reserved=self.reserved, held=self.held
+        )
+        self.unspent, self.reserved, self.held = 0.0, False, False
 
     def charge(self, prompt_tokens: int, completion_tokens: int) -> float:
         """Count tokens on the run and in the metrics; their cost. It counts against the
