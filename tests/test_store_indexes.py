@@ -8,6 +8,8 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.runtime import ALICE, make_runtime
+from worker import service
 from worker.eventlog import EventLog
 from worker.events import EventKind
 from worker.limits import Limits, PersonLimits
@@ -152,6 +154,20 @@ def test_a_run_is_created_with_its_first_event_and_its_due_entry_in_one_transact
     waiting = Run(id="r-in-line", question="q", requester=Requester(user_id="U1"))
     store.create(waiting, wake=False)  # waits in its person's line: not due until admitted
     assert redis_conn.zscore(store.keys.due, waiting.id) is None
+
+
+def test_an_admitted_question_is_stored_and_queued_in_one_transaction(redis_conn, model_server):
+    """The run and its job: neither is written without the other (issue 28: one round trip
+    and a MULTI/EXEC fewer a run)."""
+    rt = make_runtime(redis_conn, model_server.url, limits=Limits(runs_in_flight=3))
+    redis_conn.config_resetstat()
+    run = service.submit(rt, "what does SQL Basics cost?", ALICE)
+    stats = redis_conn.info("commandstats")
+    assert stats["cmdstat_multi"]["calls"] == stats["cmdstat_exec"]["calls"] == 1
+    [job] = rt.queue.get_jobs()
+    assert job.args == [run.id] and job.func_name == "worker.jobs.advance"
+    assert redis_conn.get(rt.store.keys.queued(run.id)) == job.id.encode()
+    assert redis_conn.zscore(rt.store.keys.due, run.id) is not None
 
 
 def test_a_log_begun_again_outside_a_save_gets_its_time_to_live(redis_conn):

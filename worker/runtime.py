@@ -124,14 +124,19 @@ class Runtime:
 
     def enqueue_advance(self, run_id: str) -> None:
         """Queue an `advance` job for the run (worker/jobs.py)."""
+        pipe = self.redis.pipeline()
+        pipe.multi()  # before the mark: RQ starts the transaction itself if it has not begun
+        self.queue_advance(run_id, pipe)
+        pipe.execute()
+
+    def queue_advance(self, run_id: str, pipe: redis.client.Pipeline) -> None:
+        """As `enqueue_advance`, in `pipe`: a transaction begun (MULTI), that the caller runs."""
         # The mark names the job, so the sweeper can see the job is still in the queue
         # (waiting, not lost, however long the backlog) and a worker clears it when it takes
         # that job. The mark and the job are written in one transaction (a worker may take
         # the job at once), one round trip: RQ's own enqueue sends two (a MULTI/EXEC for the
         # queue's name, another for the job), after the mark's SET.
         job_id = uuid.uuid4().hex
-        pipe = self.redis.pipeline()
-        pipe.multi()  # before the mark: RQ starts the transaction itself if it has not begun
         self.store.mark_queued(run_id, job_id, pipeline=pipe)
         self.queue.enqueue_call(
             job_id=job_id,
@@ -143,7 +148,6 @@ class Runtime:
             description=f"advance {run_id}",
             pipeline=pipe,
         )
-        pipe.execute()
 
     def trace_of(self, run_id: str) -> dict[str, str]:
         """The run's trace context, as saved with it ({}: none, or no such run)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
@@ -120,13 +120,21 @@ class RunStore:
         self._skip_lock = threading.Lock()
 
     # documents
-    def create(self, run: Run, *, wake: bool = True, events: Sequence[str] = ()) -> None:
-        """The run, its indexes, its first `events` (encoded by EventLog) and, with `wake`, its
-        due entry, in one transaction: a Redis that fails half-way leaves either nothing or a
-        run the sweeper finds (a run created but neither due nor in its person's line would
-        sit `queued` for good: found by the chaos soak)."""
+    def create(
+        self,
+        run: Run,
+        *,
+        wake: bool = True,
+        events: Sequence[str] = (),
+        then: Callable[[redis.client.Pipeline], None] | None = None,
+    ) -> None:
+        """The run, its indexes, its first `events` (encoded by EventLog), with `wake` its due
+        entry, and what `then` adds (its job), in one transaction: a Redis that fails
+        half-way leaves either nothing or a run the sweeper finds (a run created but neither
+        due nor in its person's line would sit `queued` for good: found by the chaos soak)."""
         user_key = self.keys.user_runs(run.requester.user_id)
         pipe = self.redis.pipeline(transaction=True)
+        pipe.multi()  # begun before `then`: RQ's enqueue would begin it itself, mid-transaction
         pipe.set(self.keys.run(run.id), run.to_json(), nx=True, ex=self.retention)
         pipe.zadd(self.keys.all_runs, {run.id: run.created_at})
         pipe.zadd(user_key, {run.id: run.created_at})
@@ -144,6 +152,8 @@ class RunStore:
             # sweeper reads the due set with its own (`overdue`): hosts' clocks must agree to
             # well within a lease (15 s by default), as they must for that.
             pipe.zadd(self.keys.due, {run.id: int(time.time() * 1000)})
+        if then is not None:
+            then(pipe)
         pipe.execute()
 
     def load(self, run_id: str, document: bytes | None = None) -> Run:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import redis
@@ -56,11 +57,13 @@ def submit(
             f"The question is {len(text)} characters long; the limit is {MAX_QUESTION_CHARS}."
         )
     try:
-        run, admitted = _create(rt, text, requester, origin, parent, profile, whole_transcript)
+        run, admitted, queued = _create(
+            rt, text, requester, origin, parent, profile, whole_transcript
+        )
     except redis.RedisError as exc:
         raise QuestionNotStarted(type(exc).__name__) from exc
     try:
-        _start(rt, run, admitted)
+        _start(rt, run, admitted, queued)
     except redis.RedisError as exc:  # created due, or in the person's line: not lost
         log.warning("run_enqueue_failed", run_id=run.id, error=type(exc).__name__)
     return run
@@ -74,10 +77,11 @@ def _create(
     parent: Run | None,
     profile: str | None,
     whole_transcript: bool,
-) -> tuple[Run, bool]:
-    """The run, stored with its first event; and whether it was admitted (else it waits in
-    the person's line). When Redis fails on the way and the run is not there, its place in
-    flight or in line is given back (when Redis still answers) and the error raised."""
+) -> tuple[Run, bool, bool]:
+    """The run, stored with its first event; whether it was admitted (else it waits in the
+    person's line); and whether it was queued with it, in its transaction. When Redis fails
+    on the way and the run is not there, its place in flight or in line is given back (when
+    Redis still answers) and the error raised."""
     try:
         rt.limits.check(requester.user_id)
     except LimitExceeded as exc:
@@ -115,21 +119,23 @@ def _create(
         parent=run.parent_id,
         profile=run.profile.name if run.profile else None,
     )
-    # Admitted first: the run is then created due (the sweeper queues it if the enqueue below
-    # is lost) or, waiting in line, not; created with its first event in one transaction.
+    # Admitted first: the run is then created due (the sweeper queues it if its job is lost)
+    # and queued, or, waiting in line, neither; created with its first event and its job in
+    # one transaction, one round trip.
     admitted = False
     try:
         admitted = rt.limits.admit(requester.user_id, run.id)
-        rt.store.create(run, wake=admitted, events=[created])
+        queue = functools.partial(rt.queue_advance, run.id) if admitted else None
+        rt.store.create(run, wake=admitted, events=[created], then=queue)
     except redis.RedisError:
-        if _stored(rt, run, admitted):  # the reply was lost, not the run
-            return run, admitted
+        if _stored(rt, run, admitted):  # the reply was lost, not the run: queued again, as a
+            return run, admitted, False  # command of the transaction may have failed
         try:  # its place in flight or in line, which would count until stale (the job timeout)
             rt.limits.release(requester.user_id, run.id, rt.store.keys.due)
         except redis.RedisError as exc:
             log.warning("run_admission_kept", run_id=run.id, error=type(exc).__name__)
         raise
-    return run, admitted
+    return run, admitted, admitted
 
 
 def _stored(rt: Runtime, run: Run, admitted: bool) -> bool:
@@ -151,10 +157,12 @@ def _stored(rt: Runtime, run: Run, admitted: bool) -> bool:
     return True
 
 
-def _start(rt: Runtime, run: Run, admitted: bool) -> None:
-    """Queue a stored run, or say it waits in its person's line."""
+def _start(rt: Runtime, run: Run, admitted: bool, queued: bool) -> None:
+    """Queue a stored run admitted but not queued yet, or say it waits in its person's
+    line."""
     if admitted:
-        rt.enqueue_advance(run.id)
+        if not queued:
+            rt.enqueue_advance(run.id)
     else:
         ahead = rt.settings.limits.runs_in_flight
         rt.events.append(run.id, EventKind.WAITING_IN_LINE, in_flight=ahead)
