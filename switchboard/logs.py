@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any, TextIO, cast
 
@@ -23,13 +24,24 @@ def _redact(
 
 
 class _Stderr:
-    """Whatever sys.stderr is when a line is written (test runners and daemons swap it)."""
+    """Whatever sys.stderr is when a line is written (test runners and daemons swap it).
+
+    Our lines (structlog) and the libraries' (the standard library's handler) come from many
+    threads at once: each writer hands over a whole line in one `write`, and one lock orders
+    the writes, so no line is split by another (structlog's PrintLogger wrote the text and
+    its newline apart: RQ's line landed between them, and neither parsed as JSON)."""
+
+    _lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        with self._lock:
+            return sys.stderr.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
+
+
+_STDERR = cast(TextIO, _Stderr())
 
 
 def configure(fmt: str = "console", level: int = logging.INFO) -> None:
@@ -47,7 +59,7 @@ def configure(fmt: str = "console", level: int = logging.INFO) -> None:
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, *stamped, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _Stderr())),
+        logger_factory=structlog.WriteLoggerFactory(file=_STDERR),  # a line in one write
         # Not cached: a later configure (the CLI's --verbose, a quiet eval) must reach loggers
         # already used; building one per call costs microseconds, at a few lines per run.
         cache_logger_on_first_use=False,
@@ -69,7 +81,7 @@ def _configure_stdlib(
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _StdlibHandler)]:
         root.removeHandler(old)  # configured again (--verbose): one handler, the new format
-    handler = _StdlibHandler(cast(TextIO, _Stderr()))
+    handler = _StdlibHandler(_STDERR)  # StreamHandler writes a line and its end in one write
     if fmt == "json":
         handler.setFormatter(
             structlog.stdlib.ProcessorFormatter(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +16,7 @@ from slack_sdk import WebClient
 
 from switchboard import logs, redisconn
 from tests.fakes.slack_server import FakeSlack
-from tests.support.processes import WorkerProcess, worker_env
+from tests.support.processes import ROOT, WorkerProcess, worker_env
 from tests.support.runtime import make_runtime, wait_until
 from worker.process import make_worker
 
@@ -87,3 +89,37 @@ def test_an_idle_slot_waits_out_rqs_blocking_dequeue_on_the_start_up_connection(
         assert conn.blpop(["sb:test:nothing"], 6) is None
     finally:
         conn.close()
+
+
+INTERLEAVED = """
+import logging, sys, threading
+import structlog
+from switchboard import logs
+
+logs.configure("json", logging.INFO)
+sys.setswitchinterval(1e-6)  # threads switch as often as they can: any split line shows
+ours, rqs = structlog.get_logger("worker"), logging.getLogger("rq.worker")
+
+def write(say, n):
+    for i in range(n):
+        say(f"line {i}")
+
+threads = [threading.Thread(target=write, args=(say, 1500))
+           for say in (ours.info, ours.info, rqs.warning, rqs.warning)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def test_lines_from_our_loggers_and_the_libraries_never_split_each_other(tmp_path):
+    """A worker's threads log at once through structlog (the runs) and the standard library
+    (RQ's slots): each line is written whole, in one write, or a line ends up inside another
+    and neither parses (a worker's `worker_started` was lost so, with RQ's first line)."""
+    out = tmp_path / "stderr.log"
+    with open(out, "wb") as stderr:
+        subprocess.run(
+            [sys.executable, "-c", INTERLEAVED], stderr=stderr, check=True, cwd=ROOT, timeout=120
+        )
+    lines = out.read_text().split("\n")
+    assert lines.pop() == ""  # the last line ends with its newline
+    assert len(json_lines("\n".join(lines))) == len(lines) == 6000
