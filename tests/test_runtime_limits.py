@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -384,3 +384,86 @@ def test_a_step_reserved_under_a_cap_is_charged_and_ended_after_a_reload_removed
     watch.end()
     assert spent_today(rt, ALICE.user_id) == pytest.approx(2 * CALL_COST) == run.usage.cost
     assert not redis_conn.exists(calls)
+
+
+def commands_run(conn: redis.Redis) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT, scripts' own commands included."""
+    stats = conn.info("commandstats")
+    counts = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    return {k: n for k, n in counts.items() if not k.startswith("config")}
+
+
+def test_asking_and_ending_under_the_default_limits_cost_what_they_need_and_no_more(redis_conn):
+    """issue 28: the minute's count with the day's spend in one script, its time to live set
+    once; an admission that does not look for stale places while there is room; a release
+    that does not look in the line for a run that held a place in flight; and, while the
+    person has no priced call today, a model call's start that reads no places in flight."""
+    limits = PersonLimits(redis_conn, "sb:", Limits(3, 10, 10.0), stale=600)
+    log = "sb:run:r0:events"
+    limits.check("U0")  # the scripts loaded (each a NOSCRIPT, a SCRIPT LOAD and an EVALSHA more)
+    limits.admit("U0", "r0")
+    limits.begin_call("U0", "r0", log, ['{"k": "model_call_started"}'], 60)
+    limits.release("U0", "r0", "sb:runs:due")
+    for i in (1, 2):
+        minute = int(time.time() // 60)
+        redis_conn.config_resetstat()
+        limits.check("U1")
+        assert limits.admit("U1", f"r{i}")
+        started = ['{"k": "model_call_started"}']
+        assert limits.begin_call("U1", f"r{i}", f"sb:run:r{i}:events", started, 60).over is None
+        counts = commands_run(redis_conn)
+        if int(time.time() // 60) != minute:
+            continue  # a new minute began meanwhile: which one counted the question is unknown
+        count = int(redis_conn.get(limits.keys.person("U1", f"minute:{minute}")) or 0)
+        assert counts == {
+            "evalsha": 3,
+            "incr": 1,
+            "get": 1,
+            "zcard": 1,
+            "zadd": 1,
+            "mget": 1,
+            "rpush": 1,
+            "expire": 2 if count == 1 else 1,  # the minute's count (its first question), the log's
+        }
+        assert redis_conn.ttl(limits.keys.person("U1", f"minute:{minute}")) > 0
+    redis_conn.config_resetstat()
+    assert limits.release("U1", "r1", "sb:runs:due") == []
+    assert commands_run(redis_conn) == {
+        "evalsha": 1,
+        "zrem": 1,
+        "zcard": 1,
+        "lpop": 1,
+    }
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    limit=st.integers(1, 4),
+    places=st.lists(st.booleans(), max_size=6),  # each place in flight: stale or not
+    waiting=st.booleans(),  # the run asking was in the person's line (cancelled from it)
+)
+def test_a_run_is_admitted_exactly_when_fewer_than_the_limit_hold_fresh_places(
+    redis_conn, limit, places, waiting
+):
+    """Stale places (a worker that died holding one) are dropped only when they would keep
+    a run out; admitted or not, the decision counts the fresh places alone. And a run
+    released from the line (it never held a place) leaves the line."""
+    redis_conn.flushall()
+    limits = PersonLimits(redis_conn, "sb:", Limits(runs_in_flight=limit), stale=600)
+    active, line = limits.keys.person("U1", "active"), limits.keys.person("U1", "waiting")
+    now = time.time()
+    for i, stale in enumerate(places):
+        redis_conn.zadd(active, {f"p{i}": now - 601 if stale else now})
+    if waiting:
+        redis_conn.rpush(line, "in-line")
+    fresh = places.count(False)
+    assert limits.admit("U1", "r") == (fresh < limit)
+    if fresh < limit:
+        assert redis_conn.zscore(active, "r") is not None
+    else:
+        assert redis_conn.zcard(active) == fresh and redis_conn.lrange(line, -1, -1) == [b"r"]
+    if waiting:
+        limits.release("U1", "in-line", "sb:runs:due")
+        assert b"in-line" not in redis_conn.lrange(line, 0, -1)

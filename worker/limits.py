@@ -41,16 +41,35 @@ class LimitExceeded(Exception):
     """Said to the person who asked; the question is not queued."""
 
 
-# KEYS: active zset, waiting list.  ARGV: run id, limit, now, stale cutoff.
-# 1: admitted now; 0: waits in the person's line.
-_ADMIT = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4])
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-  return 1
+# KEYS: the minute's count, the day's spend.  ARGV: questions a minute (0: no limit), spend
+# a day (0: no cap).  Returns the minute's count with this question (0: not counted) and the
+# day's spend. The count's time to live is set by the question that begins it (one command
+# fewer than an EXPIRE with every question).
+_CHECK = """
+local count = 0
+if tonumber(ARGV[1]) > 0 then
+  count = redis.call('INCR', KEYS[1])
+  if count == 1 then redis.call('EXPIRE', KEYS[1], 120) end
 end
-redis.call('RPUSH', KEYS[2], ARGV[1])
-return 0
+local spent = '0'
+if tonumber(ARGV[2]) > 0 then spent = redis.call('GET', KEYS[2]) or '0' end
+return {count, spent}
+"""
+
+# KEYS: active zset, waiting list.  ARGV: run id, limit, now, stale cutoff.
+# 1: admitted now; 0: waits in the person's line. Places gone stale are dropped only when
+# they would keep the run out: until then they count for nothing.
+_ADMIT = """
+local limit = tonumber(ARGV[2])
+if redis.call('ZCARD', KEYS[1]) >= limit then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4])
+  if redis.call('ZCARD', KEYS[1]) >= limit then
+    redis.call('RPUSH', KEYS[2], ARGV[1])
+    return 0
+  end
+end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+return 1
 """
 
 # KEYS: active zset, waiting list, due set.  ARGV: run id, limit, now.
@@ -59,8 +78,8 @@ return 0
 _RELEASE = (
     WAKE_LUA
     + """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('LREM', KEYS[2], 0, ARGV[1])
+-- a run holds a place in flight or one in line, never both (admitted: popped from the line)
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then redis.call('LREM', KEYS[2], 0, ARGV[1]) end
 local admitted = {}
 while redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) do
   local next = redis.call('LPOP', KEYS[2])
@@ -93,7 +112,11 @@ if cap > 0 then
   local read = redis.call('MGET', KEYS[1], KEYS[3])  -- one command for the two counters
   local spent = tonumber(read[1] or '0')
   if spent >= cap then return 0 end
-  local entries = redis.call('HGETALL', KEYS[2])
+  -- places are held at the day's largest call, which only grows: none is held while it is
+  -- nothing, and the hash is not read (issue 28)
+  local estimate = read[2] or '0'
+  local entries = {}
+  if tonumber(estimate) > 0 then entries = redis.call('HGETALL', KEYS[2]) end
   local reserved = 0
   local kept = 0
   for i = 1, #entries, 2 do
@@ -106,7 +129,6 @@ if cap > 0 then
     end
   end
   if reserved > 0 and spent + reserved >= cap then return 0 end
-  local estimate = read[2] or '0'
   if tonumber(estimate) > 0 then
     redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '|' .. estimate)
     -- a hash that kept an entry still has the time to live it was made with
@@ -145,6 +167,7 @@ class PersonLimits:
         self.keys = Keys(namespace)
         self.limits = limits
         self.stale = stale  # an admitted run not seen ending within this long stops counting
+        self._check = connection.register_script(_CHECK)
         self._admit = connection.register_script(_ADMIT)
         self._release = connection.register_script(_RELEASE)
         self._begin_call = connection.register_script(_BEGIN_CALL)
@@ -223,20 +246,19 @@ class PersonLimits:
             self.redis.hdel(self._cost_key(user_id, "calls"), run_id)
 
     def check(self, user_id: str) -> None:
-        """Before a question is accepted: the rate and the day's spend."""
-        per_minute = self.limits.runs_per_minute
-        if per_minute:
-            key = self.keys.person(user_id, "minute:" + str(int(time.time() // 60)))
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.incr(key)
-            pipe.expire(key, 120)
-            count = int(pipe.execute()[0])
-            if count > per_minute:
-                raise LimitExceeded(
-                    f"You asked {count} questions this minute; the limit is {per_minute} a "
-                    "minute. Please ask again in a minute."
-                )
-        over = self.over_spend(user_id)
+        """Before a question is accepted: the rate and the day's spend, in one script."""
+        per_minute, per_day = self.limits.runs_per_minute, self.limits.cost_per_day
+        if not (per_minute or per_day):
+            return
+        minute = self.keys.person(user_id, "minute:" + str(int(time.time() // 60)))
+        keys = [minute, self._cost_key(user_id)]
+        count, spent = self._check(keys=keys, args=[per_minute, per_day])
+        if per_minute and int(count) > per_minute:
+            raise LimitExceeded(
+                f"You asked {int(count)} questions this minute; the limit is {per_minute} a "
+                "minute. Please ask again in a minute."
+            )
+        over = _over(float(spent), per_day)
         if over is not None:
             raise LimitExceeded(
                 over[0].upper() + over[1:] + " Please ask again tomorrow or ask an admin."
@@ -250,13 +272,7 @@ class PersonLimits:
         per_day = self.limits.cost_per_day
         if not per_day:
             return None
-        spent = float(self.redis.get(self._cost_key(user_id)) or 0)
-        if spent < per_day:
-            return None
-        return (
-            f"your questions today have used ${spent:.2f} of model time; the limit is "
-            f"${per_day:.2f} a day (UTC)."
-        )
+        return _over(float(self.redis.get(self._cost_key(user_id)) or 0), per_day)
 
     def admit(self, user_id: str, run_id: str) -> bool:
         """True when the run may be queued now; False when it waits in the person's line."""
@@ -278,3 +294,13 @@ class PersonLimits:
 
     def waiting(self, user_id: str) -> int:
         return int(self.redis.llen(self.keys.person(user_id, "waiting")))
+
+
+def _over(spent: float, per_day: float) -> str | None:
+    """The day's spend in words when it has reached the cap (0: none), else None."""
+    if not per_day or spent < per_day:
+        return None
+    return (
+        f"your questions today have used ${spent:.2f} of model time; the limit is "
+        f"${per_day:.2f} a day (UTC)."
+    )
