@@ -31,7 +31,9 @@ class _Stderr:
     the writes, so no line is split by another (structlog's PrintLogger wrote the text and
     its newline apart: RQ's line landed between them, and neither parsed as JSON)."""
 
-    _lock = threading.Lock()
+    # Reentrant: a signal handler that logs (a second SIGTERM: worker/process.py) may run in
+    # the middle of a write of its own thread.
+    _lock = threading.RLock()
 
     def write(self, text: str) -> int:
         with self._lock:
@@ -42,6 +44,21 @@ class _Stderr:
 
 
 _STDERR = cast(TextIO, _Stderr())
+
+
+class _Lines:
+    """structlog's logger: each line in one write to `_STDERR`, ordered by its lock alone
+    (structlog's own loggers add a lock per file that is not reentrant)."""
+
+    def msg(self, message: str) -> None:
+        _STDERR.write(message + "\n")
+        _STDERR.flush()
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+_LINES = _Lines()
 
 
 def configure(fmt: str = "console", level: int = logging.INFO) -> None:
@@ -59,7 +76,7 @@ def configure(fmt: str = "console", level: int = logging.INFO) -> None:
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, *stamped, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.WriteLoggerFactory(file=_STDERR),  # a line in one write
+        logger_factory=lambda *_args: _LINES,
         # Not cached: a later configure (the CLI's --verbose, a quiet eval) must reach loggers
         # already used; building one per call costs microseconds, at a few lines per run.
         cache_logger_on_first_use=False,

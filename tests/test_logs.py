@@ -123,3 +123,51 @@ def test_lines_from_our_loggers_and_the_libraries_never_split_each_other(tmp_pat
     lines = out.read_text().split("\n")
     assert lines.pop() == ""  # the last line ends with its newline
     assert len(json_lines("\n".join(lines))) == len(lines) == 6000
+
+
+SIGNALLED = """
+import logging, os, signal, sys, threading, time
+import structlog
+from switchboard import logs
+
+logs.configure("json", logging.INFO)
+WHO = sys.argv[1]
+
+class SlowStderr:  # a write that blocks a while: a full pipe to a log collector that stalled
+    def write(self, text):
+        if "slow" in text:
+            time.sleep(0.5)
+        return sys.__stderr__.write(text)
+    def flush(self):
+        sys.__stderr__.flush()
+
+sys.stderr = SlowStderr()
+ours = structlog.get_logger("worker")
+
+def on_signal(signum, frame):  # as worker/process.py Signals does on a second SIGTERM
+    ours.warning("worker_stop_now")
+    raise SystemExit(3)
+
+signal.signal(signal.SIGUSR1, on_signal)
+threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+if WHO == "ours":
+    ours.info("slow line")
+else:
+    logging.getLogger("rq.worker").warning("slow line")
+"""
+
+
+@pytest.mark.parametrize("writing", ["ours", "library"])
+def test_a_signal_handler_that_logs_during_a_write_of_its_own_thread_goes_on(tmp_path, writing):
+    """The lock that keeps lines whole is reentrant: a handler that logs while its thread
+    was writing a line (a slow one, cut short by the exit) logs and exits, instead of waiting
+    on itself for good (structlog's own per-file lock did, before)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED, writing],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr
+    assert [x["event"] for x in json_lines(done.stderr)] == ["worker_stop_now"]
