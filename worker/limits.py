@@ -57,8 +57,9 @@ return {count, spent}
 """
 
 # KEYS: active zset, waiting list.  ARGV: run id, limit, now, stale cutoff.
-# 1: admitted now; 0: waits in the person's line. Places gone stale are dropped only when
-# they would keep the run out: until then they count for nothing.
+# 1: admitted now; 0: waits in the person's line. Places gone stale (a worker that died
+# holding one) are dropped only when they would keep the run out (and by a release, before
+# it admits from the line): while there is room they change no decision.
 _ADMIT = """
 local limit = tonumber(ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= limit then
@@ -72,15 +73,19 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
 
-# KEYS: active zset, waiting list, due set.  ARGV: run id, limit, now.
+# KEYS: active zset, waiting list, due set.  ARGV: run id, limit, now, stale cutoff.
 # Returns the runs admitted from the line; each is marked due first, so the sweeper queues it
-# even if this process stops before it does.
+# even if this process stops before it does. With nobody in line, nothing more is read; with
+# someone, stale places are dropped first (an admission drops them only when full), so they
+# keep nobody in line out.
 _RELEASE = (
     WAKE_LUA
     + """
 -- a run holds a place in flight or one in line, never both (admitted: popped from the line)
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then redis.call('LREM', KEYS[2], 0, ARGV[1]) end
 local admitted = {}
+if redis.call('LLEN', KEYS[2]) == 0 then return admitted end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4])
 while redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) do
   local next = redis.call('LPOP', KEYS[2])
   if not next then break end
@@ -289,7 +294,8 @@ class PersonLimits:
         if not limit:
             return []
         keys = [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting"), due_key]
-        admitted = self._release(keys=keys, args=[run_id, limit, time.time()])
+        now = time.time()
+        admitted = self._release(keys=keys, args=[run_id, limit, now, now - self.stale])
         return [a.decode() for a in admitted]
 
     def waiting(self, user_id: str) -> int:

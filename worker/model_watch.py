@@ -9,9 +9,10 @@ person following the run sees the model being asked while it is, and every retry
 happens. The first attempt's start is written by the script that reserves the call against
 the person's day (worker/limits.py), and the answer's cost by the one that ends it: a model
 call costs Redis two round trips besides its step's save (three before, four when priced;
-issue 28), one when the person has no priced call today (nothing is reserved, nothing to
-end). A worker that stops mid-call leaves `model_call_started` without its outcome; the
-next worker's step starts again with its own.
+issue 28). While the person's largest call today costs nothing (an unpriced model, or no
+priced call yet), no place in flight is held: the start writes no place and an answer that
+costs nothing ends none, one round trip in all. A worker that stops mid-call leaves
+`model_call_started` without its outcome; the next worker's step starts again with its own.
 """
 
 from __future__ import annotations
