@@ -3,8 +3,8 @@
 Before: `attach` had already claimed the event, so Slack's retry was dropped; the listener
 boundary logged the error and nobody told the person, who waited for an answer that never
 came. Now they are told nothing was started, the claim is given back (a retry of the same
-event starts the run); a run created before Redis failed goes on, and nobody is told
-to ask again.
+event starts the run); a run stored though Redis answered with an error goes on, and
+nobody is told to ask again.
 
 Redis fails for real: the bot's connection is a Redis ACL user that an admin connection
 changes while the bot runs (ACL changes apply to open connections at once).
@@ -68,8 +68,8 @@ def transactions_fail(admin: redis.Redis) -> None:
 
 
 def the_queue_fails(admin: redis.Redis) -> None:
-    """The bot may touch only its own keys (`sb:*`), not RQ's (`rq:*`): the run is created,
-    then its enqueue is refused."""
+    """The bot may touch only its own keys (`sb:*`), not RQ's (`rq:*`): a transaction that
+    writes a run and its job is refused whole (EXECABORT)."""
     let_the_bot(admin, ["+@all"], keys="sb:*")
 
 

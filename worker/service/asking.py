@@ -127,7 +127,7 @@ def _create(
         admitted = rt.limits.admit(requester.user_id, run.id)
         queue = functools.partial(rt.queue_advance, run.id) if admitted else None
         rt.store.create(run, wake=admitted, events=[created], then=queue)
-    except redis.RedisError:
+    except Exception:  # Redis's error, or the job's (RQ's) before anything was sent
         if _stored(rt, run, admitted):  # the reply was lost, not the run: queued again, as a
             return run, admitted, False  # command of the transaction may have failed
         try:  # its place in flight or in line, which would count until stale (the job timeout)
