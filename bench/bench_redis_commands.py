@@ -11,6 +11,13 @@ Redis (or REDIS_URL, flushed), each measured from a `CONFIG RESETSTAT`:
                in a workspace: nobody waits in their own line, nobody hits the per-minute
                limit); the fake model answers bench_loop's fee question (four model calls,
                three tool calls) at once. Every run is checked: completed, 4 steps.
+               Measured twice, each time with a worker of its own: under the default model
+               (SWITCHBOARD_MODEL's default, priced: each call's cost is spent against the
+               person's day, and a call holds a place in flight at the day's largest call,
+               from its person's second call on: each run here is its person's first
+               question of the day), the figure held against the target; and under a model
+               the price table does not know (a local model server's), whose calls cost
+               nothing, so none holds a place or spends.
   raw RQ       ONE bare RQ SimpleWorker process (JSON serializer, the same worker TTLs) and
                this process enqueueing a no-op job per run, the least a run's one job costs.
 
@@ -36,6 +43,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import common
 import redis
@@ -129,6 +137,32 @@ def rq_side(conn: redis.Redis, queue: Queue, runs: int) -> Measured:
     return measured(conn, enqueue, finished, "zcard", 1)
 
 
+UNPRICED = "local-model"  # a name the price table does not know
+
+
+def measure_switchboard(
+    conn: redis.Redis, url: str, model_url: str, tmp: Path, model: str, runs: int
+) -> Measured:
+    """`runs` measured with a worker of their own, as the bot and the worker run `model`."""
+    workers = common.switchboard_workers(
+        1, url, model_url, tmp, "--concurrency", "4", SWITCHBOARD_MODEL=model
+    )
+    try:  # each side measured with only its own worker running (idle workers send too)
+        config = Config()  # the bot's per-person limits, as a deployment's defaults
+        limits = Limits(
+            runs_in_flight=config.user_runs_in_flight,
+            runs_per_minute=config.user_runs_per_minute,
+            cost_per_day=config.user_cost_per_day,
+        )
+        rt = make_runtime(conn, model_url, limits=limits, model=model)
+        common.wait_for_workers(conn, rt.queue.name, 1)
+        switchboard_side(rt, 8)  # warm-up: scripts loaded, connections made
+        return switchboard_side(rt, runs)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="runs (and RQ jobs) measured")
@@ -138,21 +172,10 @@ def main() -> int:
     with common.workdir("sb-commands-") as tmp, common.redis_server(tmp) as url:
         conn = redis.Redis.from_url(url)
         fake = FakeModelProcess(validate=False)
-        workers = common.switchboard_workers(1, url, fake.url, tmp, "--concurrency", "4")
-        try:  # each side measured with only its own worker running (idle workers send too)
-            config = Config()  # the bot's per-person limits, as a deployment's defaults
-            limits = Limits(
-                runs_in_flight=config.user_runs_in_flight,
-                runs_per_minute=config.user_runs_per_minute,
-                cost_per_day=config.user_cost_per_day,
-            )
-            rt = make_runtime(conn, fake.url, limits=limits)
-            common.wait_for_workers(conn, rt.queue.name, 1)
-            switchboard_side(rt, 8)  # warm-up: scripts loaded, connections made
-            sb = switchboard_side(rt, args.runs)
+        try:
+            sb = measure_switchboard(conn, url, fake.url, tmp, Config().model, args.runs)
+            unpriced = measure_switchboard(conn, url, fake.url, tmp, UNPRICED, args.runs)
         finally:
-            for worker in workers:
-                worker.stop()
             fake.stop()
         rq_worker = RawRQWorker(url, "bench-raw", tmp / "rq.log")
         try:
@@ -162,17 +185,24 @@ def main() -> int:
             rq = rq_side(conn, queue, args.runs)
         finally:
             rq_worker.stop()
-    report(sb, rq, args.runs, args.json)
+    report(sb, unpriced, rq, args.runs, args.json)
     return 0
 
 
-def report(sb: Measured, rq: Measured, runs: int, json_path: str | None) -> None:
+def report(
+    sb: Measured, unpriced: Measured, rq: Measured, runs: int, json_path: str | None
+) -> None:
     per_run, per_job = sum(sb.counts.values()) / runs, sum(rq.counts.values()) / runs
+    per_unpriced = sum(unpriced.counts.values()) / runs
     row("runs", f"{runs} fee questions ({MODEL_CALLS} model calls, 3 tool calls each)")
-    row("Switchboard, per run", f"{per_run:6.1f} commands")
+    row(f"Switchboard, per run ({Config().model})", f"{per_run:6.1f} commands")
     for command, calls in sb.counts.most_common(16):
         share = rq.counts.get(command, 0) / runs
         row(f"  {command}", f"{calls / runs:6.2f}   (raw RQ {share:5.2f})")
+    row(
+        f"  unpriced model ({UNPRICED})",
+        f"{per_unpriced:6.1f} commands, {unpriced.reads / runs:.1f} round trips",
+    )
     row("raw RQ, per no-op job", f"{per_job:6.1f} commands")
     row("Switchboard run / RQ job", f"{per_run / per_job:6.2f}x")
     row("round trips, per run / per job", f"{sb.reads / runs:6.1f} / {rq.reads / runs:.1f}")
@@ -180,7 +210,7 @@ def report(sb: Measured, rq: Measured, runs: int, json_path: str | None) -> None
     print(
         f"RESULT redis commands: {per_run:.1f} per run = {per_run / per_job:.2f}x raw RQ's "
         f"{per_job:.1f} per no-op job (target <= {TARGET} per run: {met}); "
-        f"{sb.reads / runs:.1f} round trips per run"
+        f"{sb.reads / runs:.1f} round trips per run; {per_unpriced:.1f} with an unpriced model"
     )
     common.dump_json(
         json_path,
@@ -190,7 +220,10 @@ def report(sb: Measured, rq: Measured, runs: int, json_path: str | None) -> None
             "per_rq_job": per_job,
             "round_trips_per_run": sb.reads / runs,
             "round_trips_per_rq_job": rq.reads / runs,
+            "per_run_unpriced": per_unpriced,
+            "round_trips_per_run_unpriced": unpriced.reads / runs,
             "switchboard": dict(sb.counts),
+            "switchboard_unpriced": dict(unpriced.counts),
             "rq": dict(rq.counts),
         },
     )
