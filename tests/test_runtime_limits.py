@@ -471,3 +471,22 @@ def test_runs_are_admitted_exactly_while_fewer_than_the_limit_hold_fresh_places(
     if waiting:  # the last in line is cancelled: it leaves the line
         limits.release("U1", waiting[-1], "sb:runs:due")
         assert waiting[-1].encode() not in redis_conn.lrange(line, 0, -1)
+
+
+@given(costs=st.lists(st.floats(1e-9, 100.0, allow_nan=False), min_size=1, max_size=5))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_the_days_spend_gets_its_time_to_live_from_the_spend_that_begins_it(redis_conn, costs):
+    """Not from every spend (issue 28: a command less a priced call): whatever the costs,
+    the day's spend always has a time to live, set once."""
+    redis_conn.flushall()
+    limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=500.0), stale=600)
+    spent = limits._call_keys("U1")[0]
+    limits.spend("U0", 1.0, reserved=True)  # the script loaded
+    redis_conn.config_resetstat()
+    for cost in costs:
+        limits.spend("U1", cost, reserved=True)
+        assert 0 < redis_conn.ttl(spent) <= 172800
+    assert commands_run(redis_conn).get("expire") == 1
+    assert float(redis_conn.get(spent)) == pytest.approx(sum(costs))

@@ -150,12 +150,15 @@ return answer
 
 # KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost, then the
 # run id when its call is over (it stops counting as in flight as its cost is spent).
+# The day's spend gets its time to live from the spend that begins it, not from every spend
+# (issue 28): the spend made while the day's largest call is nothing (both are written by
+# this script alone, the largest with the first spend).
 _SPEND = """
 local cost = tonumber(ARGV[1])
 if cost > 0 then
   redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
-  redis.call('EXPIRE', KEYS[1], 172800)
   local largest = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if largest == 0 then redis.call('EXPIRE', KEYS[1], 172800) end
   if cost > largest then
     redis.call('SET', KEYS[3], ARGV[1], 'EX', 172800)
   end
