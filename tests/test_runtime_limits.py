@@ -490,3 +490,9 @@ def test_the_days_spend_gets_its_time_to_live_from_the_spend_that_begins_it(redi
         assert 0 < redis_conn.ttl(spent) <= 172800
     assert commands_run(redis_conn).get("expire") == 1
     assert float(redis_conn.get(spent)) == pytest.approx(sum(costs))
+    redis_conn.delete(spent)  # an admin clears the day's spend; its largest call stays
+    limits.spend("U1", costs[0], reserved=True)
+    assert 0 < redis_conn.ttl(spent) <= 172800
+    redis_conn.delete(spent)
+    limits.spend("U1", 1e-300, reserved=True)  # Redis keeps 17 decimals: the total reads 0
+    assert 0 < redis_conn.ttl(spent) <= 172800

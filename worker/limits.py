@@ -151,14 +151,14 @@ return answer
 # KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost, then the
 # run id when its call is over (it stops counting as in flight as its cost is spent).
 # The day's spend gets its time to live from the spend that begins it, not from every spend
-# (issue 28): the spend made while the day's largest call is nothing (both are written by
-# this script alone, the largest with the first spend).
+# (issue 28): the one whose total is its own cost. Redis keeps 17 decimals of the total, so
+# "is" means within 1e-12 (a spend after less than that much is given the TTL again: no harm).
 _SPEND = """
 local cost = tonumber(ARGV[1])
 if cost > 0 then
-  redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+  local total = tonumber(redis.call('INCRBYFLOAT', KEYS[1], ARGV[1]))
+  if total - cost < 1e-12 then redis.call('EXPIRE', KEYS[1], 172800) end
   local largest = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if largest == 0 then redis.call('EXPIRE', KEYS[1], 172800) end
   if cost > largest then
     redis.call('SET', KEYS[3], ARGV[1], 'EX', 172800)
   end
@@ -181,15 +181,15 @@ class PersonLimits:
         self._begin_call = connection.register_script(_BEGIN_CALL)
         self._spend = connection.register_script(_SPEND)
 
-    def _cost_key(self, user_id: str, what: str = "cost") -> str:
-        return self.keys.person(user_id, what + ":" + time.strftime("%Y%m%d", time.gmtime()))
+    def _cost_key(self, user_id: str, what: str = "cost", day: str = "") -> str:
+        day = day or time.strftime("%Y%m%d", time.gmtime())
+        return self.keys.person(user_id, what + ":" + day)
 
     def _call_keys(self, user_id: str) -> list[str]:
-        return [
-            self._cost_key(user_id),
-            self._cost_key(user_id, "calls"),
-            self._cost_key(user_id, "largest"),
-        ]
+        """The day's spend, its calls in flight and its largest call: of one day, UTC (read
+        once: at midnight the three keys would otherwise be of two days)."""
+        day = time.strftime("%Y%m%d", time.gmtime())
+        return [self._cost_key(user_id, what, day) for what in ("cost", "calls", "largest")]
 
     def begin_call(
         self,
