@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,3 +173,61 @@ def test_a_signal_handler_that_logs_during_a_write_of_its_own_thread_goes_on(tmp
     )
     assert done.returncode == 3, done.stderr
     assert [x["event"] for x in json_lines(done.stderr)] == ["worker_stop_now"]
+
+
+STOPPED_MID_WRITE = """
+import logging, os, signal, threading
+from switchboard import logs
+from worker.process import Signals
+
+logs.configure("json", logging.INFO)
+signals = Signals()  # the worker's: a first SIGTERM asks to stop, a second stops at once
+main = threading.get_native_id()
+
+def blocked() -> bool:  # the main thread waits in write(2): stderr's pipe is full
+    try:
+        with open(f"/proc/self/task/{main}/wchan") as wchan:
+            return "pipe" in wchan.read()
+    except OSError:
+        return False
+
+def wait_blocked() -> None:
+    for _ in range(3000):  # 30 s at most: said, not hung, should it never block
+        if blocked():
+            return
+        threading.Event().wait(0.01)
+    os.write(1, b"never blocked\\n")
+
+def twice() -> None:  # to the main thread: its write is cut (EINTR), handled, tried again
+    wait_blocked()
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+    signals.stop.wait(30)
+    wait_blocked()
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+    os.write(1, b"sent\\n")  # not through stdout's buffer: the process may be exiting
+
+threading.Thread(target=twice, daemon=True).start()
+print("ready", flush=True)
+logging.getLogger("rq.worker").warning("big " + "x" * 300_000)  # more than the pipe holds
+print("went on", flush=True)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_second_sigterm_during_a_blocked_log_write_stops_the_worker(tmp_path):
+    """The second SIGTERM's handler logs, and that write may be refused (a reentrant call
+    into stderr's buffer, which the first write holds): it stops all the same, instead of
+    the refusal being swallowed by logging and the stop with it (found by review)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered stderr
+    child = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_MID_WRITE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    assert child.stdout.readline() == "sent\n"  # both signals in, stderr still unread
+    out, _err = child.communicate(timeout=60)  # reading stderr lets the blocked write go on
+    assert child.returncode == 1 and "went on" not in out

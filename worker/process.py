@@ -411,8 +411,10 @@ class Signals:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop.is_set():
-            log.warning("worker_stop_now", signal=signal.Signals(signum).name)
-            raise SystemExit(1)
+            try:  # said if it can be: the handler may interrupt a write to stderr of its own
+                log.warning("worker_stop_now", signal=signal.Signals(signum).name)
+            finally:  # thread, which a second write may refuse (a reentrant call): it stops
+                raise SystemExit(1)
         self.stop.set()
 
     def restore(self) -> None:
