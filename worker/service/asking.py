@@ -79,9 +79,9 @@ def _create(
     whole_transcript: bool,
 ) -> tuple[Run, bool, bool]:
     """The run, stored with its first event; whether it was admitted (else it waits in the
-    person's line); and whether it was queued with it, in its transaction. When Redis fails
-    on the way and the run is not there, its place in flight or in line is given back (when
-    Redis still answers) and the error raised."""
+    person's line); and whether it was queued with it, in its transaction. When storing it
+    fails (Redis, or the job before anything was sent) and the run is not there, its place in
+    flight or in line is given back (when Redis still answers) and the error raised."""
     try:
         rt.limits.check(requester.user_id)
     except LimitExceeded as exc:
