@@ -34,6 +34,7 @@ from worker.process import make_worker
 from worker.run import EndReason, Requester, Run, RunStatus
 from worker.runtime import Runtime
 from worker.surface import SilentSurface
+from worker.sweeper import sweep
 
 MALLORY = Requester(user_id="UMALLORY", team_id="T0001", channel_id="C0001", roles=["everyone"])
 
@@ -53,6 +54,35 @@ def test_a_burst_from_one_person_waits_in_their_line_not_ahead_of_others(redis_c
     for run in [*burst, alice]:
         assert rt.store.load(run.id).status == RunStatus.COMPLETED
     assert rt.limits.waiting(MALLORY.user_id) == 0
+
+
+def test_questions_nothing_else_would_admit_leave_their_line_at_the_sweep(redis_conn, model_server):
+    """A person's line moves when a run of theirs ends. The sweeper moves it when nothing
+    else would: a policy reload that removed the limit (a release then reads no line), and
+    places held by runs whose workers died, once they are stale; a person whose line is
+    empty is no longer looked at."""
+    model_server.route("burst", ["ok"])
+    rt = make_runtime(redis_conn, model_server.url, limits=Limits(runs_in_flight=1))
+    first, *waiting = [service.submit(rt, f"burst {n}", ALICE) for n in range(4)]
+    assert [job.args[0] for job in rt.queue.get_jobs()] == [first.id]
+    assert rt.limits.lines() == [ALICE.user_id]
+    assert sweep(rt) == 0 and rt.limits.waiting(ALICE.user_id) == 3  # no room: they wait
+
+    active = rt.limits.keys.person(ALICE.user_id, "active")
+    redis_conn.zadd(active, {first.id: time.time() - rt.limits.stale - 1})  # its worker died
+    sweep(rt)
+    assert [job.args[0] for job in rt.queue.get_jobs()] == [first.id, waiting[0].id]
+    assert redis_conn.zscore(rt.store.keys.due, waiting[0].id) is not None
+
+    rt.limits.limits = Limits()  # a policy reload removes the limit: the rest go
+    sweep(rt)
+    assert [job.args[0] for job in rt.queue.get_jobs()][1:] == [r.id for r in waiting]
+    assert rt.limits.waiting(ALICE.user_id) == 0
+    assert rt.limits.lines() == [ALICE.user_id]  # unlisted by the next pass, which finds none
+    sweep(rt)
+    assert rt.limits.lines() == []
+    work(rt)
+    assert {rt.store.load(r.id).status for r in [first, *waiting]} == {RunStatus.COMPLETED}
 
 
 def test_asking_faster_than_the_rate_is_refused_with_the_limit(redis_conn, model_server):

@@ -53,6 +53,12 @@ class Keys(ApprovalKeys):
         """Per-person limits: `active`, `waiting`, `rate`, `spend:{day}`."""
         return f"{self.ns}user:{user_id}:{what}"
 
+    @property
+    def lines(self) -> str:
+        """Set: people who may have questions waiting in their line (the sweeper drains them,
+        and drops those whose line is empty)."""
+        return f"{self.ns}users:waiting"
+
     def reminders_sent(self, approval_id: str) -> str:
         """Counter: reminders sent for the card whose first request this is."""
         return f"{self.ns}reminded:{approval_id}"

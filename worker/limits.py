@@ -37,6 +37,10 @@ class CallStart(NamedTuple):
     held: bool = False  # its place in flight written (a reservation of more than nothing)
 
 
+LINE_MAX = 1_000_000  # "no limit", for draining a line
+LINES_A_PASS = 200  # people's lines the sweeper looks at in one pass
+
+
 class LimitExceeded(Exception):
     """Said to the person who asked; the question is not queued."""
 
@@ -56,16 +60,19 @@ if tonumber(ARGV[2]) > 0 then spent = redis.call('GET', KEYS[2]) or '0' end
 return {count, spent}
 """
 
-# KEYS: active zset, waiting list.  ARGV: run id, limit, now, stale cutoff.
-# 1: admitted now; 0: waits in the person's line. Places gone stale (a worker that died
-# holding one) are dropped only when they would keep the run out (and by a release, before
-# it admits from the line): while there is room they change no decision.
+# KEYS: active zset, waiting list, the set of people with a line.  ARGV: run id, limit, now,
+# stale cutoff, user id.
+# 1: admitted now; 0: waits in the person's line (and the person is listed for the sweeper).
+# Places gone stale (a worker that died holding one) are dropped only when they would keep
+# the run out (and by a release, before it admits from the line): while there is room they
+# change no decision.
 _ADMIT = """
 local limit = tonumber(ARGV[2])
 if redis.call('ZCARD', KEYS[1]) >= limit then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4])
   if redis.call('ZCARD', KEYS[1]) >= limit then
     redis.call('RPUSH', KEYS[2], ARGV[1])
+    redis.call('SADD', KEYS[3], ARGV[5])
     return 0
   end
 end
@@ -73,18 +80,24 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
 
-# KEYS: active zset, waiting list, due set.  ARGV: run id, limit, now, stale cutoff.
+# KEYS: active zset, waiting list, due set, the set of people with a line.  ARGV: run id
+# ('': none, the sweeper draining the line), limit, now, stale cutoff, user id.
 # Returns the runs admitted from the line; each is marked due first, so the sweeper queues it
-# even if this process stops before it does. With nobody in line, nothing more is read; with
-# someone, stale places are dropped first (an admission drops them only when full), so they
-# keep nobody in line out.
+# even if this process stops before it does. With nobody in line, nothing more is read (the
+# sweeper's pass unlists the person); with someone, stale places are dropped first (an
+# admission drops them only when full), so they keep nobody in line out.
 _RELEASE = (
     WAKE_LUA
     + """
 -- a run holds a place in flight or one in line, never both (admitted: popped from the line)
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then redis.call('LREM', KEYS[2], 0, ARGV[1]) end
+if ARGV[1] ~= '' and redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  redis.call('LREM', KEYS[2], 0, ARGV[1])
+end
 local admitted = {}
-if redis.call('LLEN', KEYS[2]) == 0 then return admitted end
+if redis.call('LLEN', KEYS[2]) == 0 then
+  if ARGV[1] == '' then redis.call('SREM', KEYS[4], ARGV[5]) end
+  return admitted
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4])
 while redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) do
   local next = redis.call('LPOP', KEYS[2])
@@ -288,18 +301,36 @@ class PersonLimits:
         if not limit:
             return True
         now = time.time()
-        keys = [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting")]
-        return bool(self._admit(keys=keys, args=[run_id, limit, now, now - self.stale]))
+        keys = [*self._line_keys(user_id)[:2], self.keys.lines]
+        args = [run_id, limit, now, now - self.stale, user_id]
+        return bool(self._admit(keys=keys, args=args))
+
+    def _line_keys(self, user_id: str) -> list[str]:
+        return [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting")]
 
     def release(self, user_id: str, run_id: str, due_key: str) -> list[str]:
         """The run stops counting; returns the runs of this person admitted in its place."""
         limit = self.limits.runs_in_flight
         if not limit:
             return []
-        keys = [self.keys.person(user_id, "active"), self.keys.person(user_id, "waiting"), due_key]
+        return self._released(user_id, run_id, limit, due_key)
+
+    def drain(self, user_id: str, due_key: str) -> list[str]:
+        """The sweeper's look at a person's line: the runs admitted from it now that there is
+        room (places gone stale, a limit raised), all of them once there is no limit (a
+        policy reload removed it: nothing else would ever admit them)."""
+        return self._released(user_id, "", self.limits.runs_in_flight or LINE_MAX, due_key)
+
+    def lines(self) -> list[str]:
+        """People who may have questions waiting in their line (at most LINES_A_PASS)."""
+        found = self.redis.srandmember(self.keys.lines, LINES_A_PASS)
+        return [user.decode() for user in found or ()]
+
+    def _released(self, user_id: str, run_id: str, limit: int, due_key: str) -> list[str]:
+        keys = [*self._line_keys(user_id), due_key, self.keys.lines]
         now = time.time()
-        admitted = self._release(keys=keys, args=[run_id, limit, now, now - self.stale])
-        return [a.decode() for a in admitted]
+        args = [run_id, limit, now, now - self.stale, user_id]
+        return [a.decode() for a in self._release(keys=keys, args=args)]
 
     def waiting(self, user_id: str) -> int:
         return int(self.redis.llen(self.keys.person(user_id, "waiting")))

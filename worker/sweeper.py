@@ -1,5 +1,6 @@
 """Recovery that does not depend on anyone restarting anything: runs whose worker died are
-re-queued once their lease lapses, overdue approvals expire, old index entries go."""
+re-queued once their lease lapses, overdue approvals expire, questions nothing else would
+admit leave their person's line, old index entries go."""
 
 from __future__ import annotations
 
@@ -55,9 +56,24 @@ def sweep(rt: Runtime) -> int:
         requeued += 1
     for approval_id in rt.approvals.overdue():
         expire(rt, approval_id)  # a backstop for the scheduled expiry job
+    admit_waiting(rt)
     redraw_owed_cards(rt)
     rt.store.trim_indexes()
     return requeued
+
+
+def admit_waiting(rt: Runtime) -> int:
+    """Questions waiting in their person's line are admitted when a run of theirs ends; this
+    admits those nothing else would: after a policy reload raised or removed the limit, or
+    when the places ahead of them went stale (their workers died) and the person asks
+    nothing more. Returns how many it admitted and queued."""
+    admitted = 0
+    for user_id in rt.limits.lines():
+        for run_id in rt.limits.drain(user_id, rt.store.keys.due):
+            log.info("sweeper_admitted_from_line", run_id=run_id, user=user_id)
+            rt.enqueue_advance(run_id)  # due already: the next pass queues it if this fails
+            admitted += 1
+    return admitted
 
 
 OWED_GRACE = 15.0  # s a decision's own card update may take (Slack's retries included)
