@@ -78,6 +78,7 @@ def test_questions_nothing_else_would_admit_leave_their_line_at_the_sweep(redis_
     sweep(rt)
     assert [job.args[0] for job in rt.queue.get_jobs()][1:] == [r.id for r in waiting]
     assert rt.limits.waiting(ALICE.user_id) == 0
+    assert redis_conn.zrange(active, 0, -1) == [waiting[0].id.encode()]  # none without a limit
     assert rt.limits.lines() == [ALICE.user_id]  # unlisted by the next pass, which finds none
     sweep(rt)
     assert rt.limits.lines() == []

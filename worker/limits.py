@@ -37,7 +37,6 @@ class CallStart(NamedTuple):
     held: bool = False  # its place in flight written (a reservation of more than nothing)
 
 
-LINE_MAX = 1_000_000  # "no limit", for draining a line
 LINES_A_PASS = 200  # people's lines the sweeper looks at in one pass
 
 
@@ -81,7 +80,8 @@ return 1
 """
 
 # KEYS: active zset, waiting list, due set, the set of people with a line.  ARGV: run id
-# ('': none, the sweeper draining the line), limit, now, stale cutoff, user id.
+# ('': none, the sweeper draining the line), limit (0: none, when draining: all are admitted,
+# none holding a place, as `admit` gives none without a limit), now, stale cutoff, user id.
 # Returns the runs admitted from the line; each is marked due first, so the sweeper queues it
 # even if this process stops before it does. With nobody in line, nothing more is read (the
 # sweeper's pass unlists the person); with someone, stale places are dropped first (an
@@ -98,11 +98,12 @@ if redis.call('LLEN', KEYS[2]) == 0 then
   if ARGV[1] == '' then redis.call('SREM', KEYS[4], ARGV[5]) end
   return admitted
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4])
-while redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) do
+local limit = tonumber(ARGV[2])
+if limit > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4]) end
+while limit == 0 or redis.call('ZCARD', KEYS[1]) < limit do
   local next = redis.call('LPOP', KEYS[2])
   if not next then break end
-  redis.call('ZADD', KEYS[1], ARGV[3], next)
+  if limit > 0 then redis.call('ZADD', KEYS[1], ARGV[3], next) end
   wake(KEYS[3], next)
   table.insert(admitted, next)
 end
@@ -319,7 +320,7 @@ class PersonLimits:
         """The sweeper's look at a person's line: the runs admitted from it now that there is
         room (places gone stale, a limit raised), all of them once there is no limit (a
         policy reload removed it: nothing else would ever admit them)."""
-        return self._released(user_id, "", self.limits.runs_in_flight or LINE_MAX, due_key)
+        return self._released(user_id, "", self.limits.runs_in_flight, due_key)
 
     def lines(self) -> list[str]:
         """People who may have questions waiting in their line (at most LINES_A_PASS)."""
