@@ -302,7 +302,7 @@ class PersonLimits:
         if not limit:
             return True
         now = time.time()
-        keys = [*self._line_keys(user_id)[:2], self.keys.lines]
+        keys = [*self._line_keys(user_id), self.keys.lines]
         args = [run_id, limit, now, now - self.stale, user_id]
         return bool(self._admit(keys=keys, args=args))
 
