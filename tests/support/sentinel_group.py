@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 
@@ -64,6 +64,12 @@ def wait_for(check: Callable[[], T], timeout: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def _flags(state: dict[str, Any]) -> set[str]:
+    """A Sentinel's flags of a node (redis-py gives a string under RESP2, a set under 3)."""
+    flags = state["flags"]
+    return set(flags) if isinstance(flags, set) else set(flags.split(","))
 
 
 def steady(call: Callable[[], T], timeout: float = 10.0) -> T:
@@ -222,6 +228,11 @@ class SentinelGroup:
         would be lost), then unpaused: its blocked writers get READONLY, and redis-py's
         Sentinel client reconnects them to the new primary. Returns the seconds it took."""
         started = time.monotonic()
+        # as an operator would, once the last failover is over: a Sentinel refuses another
+        # while it still counts one in progress ("INPROG"), or until it has seen the replica
+        # it would promote up and following ("NOGOODSLAVE"); both for a while after the last
+        # one returned, until its next look at the old primary (seed 27's two in a row)
+        wait_for(self._can_fail_over, timeout, "the Sentinel to be ready for a failover")
         old, new = steady(self.primary), steady(self.replica)
         steady(
             lambda: old.client().execute_command(
@@ -243,6 +254,18 @@ class SentinelGroup:
             steady(lambda: old.client().execute_command("CLIENT", "UNPAUSE"))
         wait_for(self.replicated, timeout, "the old primary to follow")
         return time.monotonic() - started
+
+    def _can_fail_over(self) -> bool:
+        """The Sentinel that is asked to fail over counts none in progress and knows a
+        replica that is up and follows the primary."""
+        sentinel = self.watchers[0].client()
+        if "failover_in_progress" in _flags(sentinel.sentinel_master(SERVICE)):
+            return False
+        return any(
+            not _flags(r) & {"s_down", "o_down", "disconnected"}
+            and r.get("master-link-status") == "ok"
+            for r in sentinel.sentinel_slaves(SERVICE)
+        )
 
     def restart_primary(self) -> float:
         """SIGTERM (Redis writes its append-only file and exits), then start it again in
