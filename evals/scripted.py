@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import ModelError, Watch
+from worker.model_base import ModelError, Watch
 from worker.streaming import TextSink
 from worker.turns import ModelTurn, ProposedCall
 

@@ -37,7 +37,7 @@ from tools.builtin.tickets import TicketStore
 from tools.policy import Policy
 from tools.registry import registry
 from worker import profiles, runtime
-from worker.model import Model
+from worker.model_base import Model
 from worker.process import make_worker
 from worker.runtime import Runtime
 

@@ -23,7 +23,8 @@ from worker.connections.tokens import Connections
 from worker.keys import Keys
 from worker.library import CachedEmbeddings, DemoError, Selector, TaskLibrary, check, load_file
 from worker.limits import Limits
-from worker.model import Model, ModelClient, Sampling, pools_for
+from worker.model import ModelClient
+from worker.model_base import Model, Sampling, pools_for
 from worker.policy_watch import PolicyWatcher
 from worker.profiles import load_instructions
 from worker.run import Budgets

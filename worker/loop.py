@@ -25,12 +25,13 @@ from worker import executor, grounding, metrics, profiles, reminders, standing, 
 from worker.budgets import exhausted
 from worker.events import EventKind
 from worker.library import Demonstration
-from worker.model import ModelError, ModelTurn
+from worker.model_base import ModelError
 from worker.model_watch import StepWatch
 from worker.prompt import build_messages
 from worker.roles import RolesUnavailable, recheck
 from worker.run import Call, EndReason, Run, RunStatus
 from worker.runtime import Runtime
+from worker.turns import ModelTurn
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ import time
 
 from worker import metrics
 from worker.events import EventKind
-from worker.model import ModelError, Spent
+from worker.model_base import ModelError, Spent
 from worker.run import Run
 from worker.runtime import Runtime
 

@@ -24,7 +24,7 @@ from worker.eventlog import EventLog
 from worker.lease import LeaseKeeper
 from worker.library import Selector
 from worker.limits import Limits, PersonLimits
-from worker.model import NO_MODEL, Model, ModelNotConfigured
+from worker.model_base import NO_MODEL, Model, ModelNotConfigured
 from worker.policy_watch import PolicyWatcher
 from worker.roles import RolesResolver
 from worker.run import Budgets, Run

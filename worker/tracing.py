@@ -47,7 +47,7 @@ from worker.redact import redact_text, redact_value
 
 if TYPE_CHECKING:
     from approvals import ApprovalRequest
-    from worker.model import Model
+    from worker.model_base import Model
     from worker.run import Call, Run
     from worker.turns import ModelTurn
 
