@@ -191,9 +191,10 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
     logs.drop_reported(_WSS_FAILURE)  # said below, in one line
     logs.drop_reported(_BOLT_TOKEN_NOTE)  # Bolt sees SLACK_BOT_TOKEN set; we pass the client
     rt = open_runtime(config)
-    from switchboard.startup import check_model, load_connections_sdk
+    from switchboard.startup import load_connections_sdk
 
-    check_model(rt)  # warns when the model server cannot be reached; never stops start-up
+    # The model server is not asked here: the bot never calls it (every worker asks at its
+    # start), and asking would load the openai SDK into the bot (~19 MiB) for one request.
     load_connections_sdk(rt)
     if args.metrics_port:
         from worker import metrics

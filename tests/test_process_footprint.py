@@ -57,3 +57,41 @@ def test_a_process_with_no_mcp_server_or_connection_keys_loads_neither_sdk(
             "SWITCHBOARD_PUBLIC_URL": "https://sb.test",
         }
         assert loaded(with_keys) == str(sorted(UNUSED))
+
+
+# What `switchboard bot` does before it serves, with a model configured; then a worker's
+# start-up check of the model server (`check_model`), which the bot does not make.
+BOT_THEN_CHECK = """
+import os, sys
+import switchboard.cli, switchboard.services_cli
+from bot.transport.serve import build_app
+from switchboard.settings import Config
+from switchboard.startup import check_model, load_connections_sdk
+from switchboard.wiring import open_runtime
+rt = open_runtime(Config())
+load_connections_sdk(rt)
+build_app(rt, bot_token="xoxb-test", signing_secret="s", api_url=os.environ["SLACK_API_URL"])
+print("BOT", rt.model.model, "openai" in sys.modules)
+check_model(rt)
+print("CHECKED", "openai" in sys.modules)
+"""
+
+
+def test_the_bot_does_not_load_the_openai_sdk_that_a_worker_loads_to_call_the_model(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The bot never calls the model (~19 MiB a process for the SDK): it knows the model's
+    name, for the runs it creates; the SDK is loaded by the first request, as a worker's
+    start-up check makes it."""
+    with FakeSlack() as slack:
+        env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path, SLACK_API_URL=slack.url)
+        done = subprocess.run(
+            [sys.executable, "-c", BOT_THEN_CHECK],
+            env={**env, "SWITCHBOARD_MODEL": "gpt-named"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stdout.splitlines() if line.startswith(("BOT", "CHECKED"))]
+    assert said == ["BOT gpt-named False", "CHECKED True"]

@@ -8,13 +8,9 @@ import math
 import random
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
-import openai
 import structlog
-from openai._constants import INITIAL_RETRY_DELAY, MAX_RETRY_AFTER_DELAY, MAX_RETRY_DELAY
-from openai._types import RequestOptions
 
 from worker import metrics
 from worker.deadline import CutOffSink, Overdue, within
@@ -31,6 +27,12 @@ from worker.model_base import Watch as Watch
 from worker.model_base import pools_for as pools_for
 from worker.streaming import TextSink, TurnAccumulator
 from worker.turns import ModelTurn, as_list, get_field, read_turn
+
+if TYPE_CHECKING:
+    # Imported where a request is made, not with this module: a process that never calls the
+    # model (the bot) does not load the SDK (~19 MiB a process), only its name (`.model`).
+    import openai
+    from openai._types import RequestOptions
 
 log = structlog.get_logger(__name__)
 
@@ -85,32 +87,33 @@ class ModelClient:
         self.read_timeout = read_timeout  # 0: an attempt may take what is left of the step
         self.sampling = sampling or Sampling()
         self.watch_every = watch_every
-        self.client = openai.OpenAI(
-            api_key=api_key or "not-needed",
-            base_url=base_url,
-            timeout=openai.Timeout(timeout, connect=5.0),
-            max_retries=max_retries,  # for other requests (embeddings); never for completions
-        )
-        # Completions go through `pools` clients, the same but for their connection pools; a
-        # calling thread keeps the one it was first given (round-robin), so `pools_for(n)`
-        # pools serve n slot threads POOL_THREADS each. One TLS context for all of them: each
-        # pool building its own would load the CA bundle again.
         self.pools = max(1, pools)
-        self._more: list[openai.OpenAI] = []  # pools 1.. (pool 0 is `self.client` itself)
-        if self.pools > 1:
-            tls = httpx2.create_ssl_context()
-            self._more = [
-                self.client.with_options(http_client=openai.DefaultHttpxClient(verify=tls))
-                for _ in range(self.pools - 1)
-            ]
+        # made at first use, and shared with this client's copies (`Runtime.model_for`)
+        self._clients = _Clients(api_key or "not-needed", base_url, timeout, max_retries, pools)
         self._next_pool = itertools.count()
         self._thread = threading.local()
+
+    @property
+    def client(self) -> openai.OpenAI:
+        """The SDK's client: other requests (the model list, embeddings) and the first pool."""
+        return self._clients.made()[0]
+
+    @client.setter
+    def client(self, client: openai.OpenAI) -> None:
+        self._clients.made()[0] = client
+
+    @property
+    def server(self) -> str:
+        """Where the model server is, as logs may say it: host and port, never the key (a
+        header) nor anything else of the URL (a proxy's credentials, a query)."""
         url = self.client.base_url
-        # Where the model server is, as logs may say it: host and port, never the key (a
-        # header) nor anything else of the URL (a proxy's credentials, a query).
-        self.server = f"{url.host}:{url.port}" if url.port else str(url.host)
-        # ... and as people read it in an error: with the scheme and path, still no more.
-        self.server_url = f"{url.scheme}://{self.server}{url.path.rstrip('/')}"
+        return f"{url.host}:{url.port}" if url.port else str(url.host)
+
+    @property
+    def server_url(self) -> str:
+        """... and as people read it in an error: with the scheme and path, still no more."""
+        url = self.client.base_url
+        return f"{url.scheme}://{self.server}{url.path.rstrip('/')}"
 
     def check(self, timeout: float = 5.0) -> bool:
         """At start-up: one GET /models, no retries. Warns, and never raises, when the server
@@ -142,6 +145,8 @@ class ModelClient:
 
     def _listed(self, timeout: float) -> list[str]:
         """GET /models, once (no retries), within `timeout`."""
+        import openai
+
         client = self.client.with_options(
             timeout=openai.Timeout(timeout, connect=min(timeout, 5.0)), max_retries=0
         )
@@ -256,6 +261,8 @@ class ModelClient:
         watch: Watch | None,
         started: float,
     ) -> ModelTurn:
+        import openai
+
         left = max(0.1, deadline - time.monotonic())
         read = min(self.read_timeout, left) if self.read_timeout else left
         client = self._pooled()
@@ -294,7 +301,7 @@ class ModelClient:
         pool: int | None = getattr(self._thread, "pool", None)
         if pool is None:
             pool = self._thread.pool = next(self._next_pool) % self.pools
-        return self._more[pool - 1] if pool else self.client
+        return self._clients.made()[pool]
 
     def _request(
         self,
@@ -310,6 +317,9 @@ class ModelClient:
         client for the attempt's timeout and build pydantic objects of every reply, about a
         third of the SDK's CPU per call, only for `read_turn` to read the fields back. The
         body is read as JSON whatever its content type says (proxies label JSON text/plain)."""
+        import httpx2
+        import openai
+
         options: RequestOptions = {
             "timeout": openai.Timeout(read, connect=min(read, 5.0)),
             "max_retries": 0,
@@ -380,6 +390,9 @@ class ModelClient:
 
     def _failure(self, exc: openai.OpenAIError, read: float) -> _Failed:
         """An SDK exception in words fit for the run's record, and whether to retry."""
+        import openai
+        from openai._constants import MAX_RETRY_AFTER_DELAY
+
         if isinstance(exc, openai.APITimeoutError):
             error = ModelError(f"the model sent nothing for {seconds(read)} s", timed_out=True)
             return _Failed(error, retryable=True)
@@ -403,6 +416,47 @@ class ModelClient:
         return _Failed(ModelError(f"model client error: {type(exc).__name__}"), retryable=False)
 
 
+class _Clients:
+    """The SDK's clients of one ModelClient and its copies, made at the first request:
+    completions go through `pools` clients, the same but for their connection pools; a
+    calling thread keeps the one it was first given (round-robin), so `pools_for(n)` pools
+    serve n slot threads POOL_THREADS each. One TLS context for all of them: each pool
+    building its own would load the CA bundle again."""
+
+    def __init__(
+        self, api_key: str, base_url: str | None, timeout: float, max_retries: int, pools: int
+    ) -> None:
+        self._settings = (api_key, base_url, timeout, max_retries, max(1, pools))
+        self._lock = threading.Lock()
+        self._made: list[openai.OpenAI] | None = None
+
+    def made(self) -> list[openai.OpenAI]:
+        made = self._made
+        if made is None:
+            with self._lock:
+                if self._made is None:
+                    self._made = self._make()
+                made = self._made
+        return made
+
+    def _make(self) -> list[openai.OpenAI]:
+        import httpx2
+        import openai
+
+        api_key, base_url, timeout, max_retries, pools = self._settings
+        client = openai.OpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=openai.Timeout(timeout, connect=5.0),
+            max_retries=max_retries,  # for other requests (embeddings); never for completions
+        )
+        if pools == 1:
+            return [client]
+        tls = httpx2.create_ssl_context()
+        more = [openai.DefaultHttpxClient(verify=tls) for _ in range(pools - 1)]
+        return [client, *(client.with_options(http_client=http) for http in more)]
+
+
 class _StreamCut(Exception):
     """A reply that did not come whole (read in the call's thread, judged by `_attempt`)."""
 
@@ -415,6 +469,8 @@ class _StreamCut(Exception):
 def backoff(attempt: int) -> float:
     """The SDK's wait before retry number `attempt`: 0.5 s doubling, at most 8 s, less up to
     a quarter at random."""
+    from openai._constants import INITIAL_RETRY_DELAY, MAX_RETRY_DELAY
+
     return min(INITIAL_RETRY_DELAY * 2.0 ** (attempt - 1), MAX_RETRY_DELAY) * (
         1 - 0.25 * random.random()
     )
