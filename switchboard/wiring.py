@@ -403,4 +403,4 @@ def embedder(config: Config, rt: Runtime, model: ModelClient | None) -> CachedEm
         return None
     if model is None:
         raise DemoError("SWITCHBOARD_DEMO_SELECTOR=embeddings needs a configured model server")
-    return CachedEmbeddings(model.client, config.embedding_model, rt.redis, rt.settings.namespace)
+    return CachedEmbeddings(model, config.embedding_model, rt.redis, rt.settings.namespace)

@@ -511,3 +511,14 @@ def test_a_streamed_part_that_is_not_json_is_a_model_error_and_its_cost_not_take
     assert caught.value.detail == detail
     assert len(model_server.chat_requests) == 1
     assert [spent.known for spent in watch.failed] == ["estimated"]  # "It is" was written
+
+
+def test_a_model_server_url_that_does_not_parse_stops_the_process_at_start_up():
+    """The SDK's clients are made at the first call (the bot never makes one), but a URL
+    they could not be made with is refused when the client is built, as before."""
+    import httpx2
+
+    with pytest.raises(httpx2.InvalidURL, match="port"):
+        ModelClient(model="m", api_key=None, base_url="http://localhost:notaport/v1")
+    made = ModelClient(model="m", api_key=None, base_url="http://localhost:9/v1")
+    assert made.server == "localhost:9"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cryptography.fernet import Fernet
 
 from tests.fakes.slack_server import FakeSlack
@@ -77,17 +78,19 @@ print("CHECKED", "openai" in sys.modules)
 """
 
 
+@pytest.mark.parametrize("selector", ["bm25", "embeddings"])
 def test_the_bot_does_not_load_the_openai_sdk_that_a_worker_loads_to_call_the_model(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, selector: str
 ) -> None:
     """The bot never calls the model (~19 MiB a process for the SDK): it knows the model's
     name, for the runs it creates; the SDK is loaded by the first request, as a worker's
-    start-up check makes it."""
+    start-up check makes it (the demonstrations' embeddings selector too: by its first
+    text embedded, which the bot never asks for)."""
     with FakeSlack() as slack:
         env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path, SLACK_API_URL=slack.url)
         done = subprocess.run(
             [sys.executable, "-c", BOT_THEN_CHECK],
-            env={**env, "SWITCHBOARD_MODEL": "gpt-named"},
+            env={**env, "SWITCHBOARD_MODEL": "gpt-named", "SWITCHBOARD_DEMO_SELECTOR": selector},
             capture_output=True,
             text=True,
             timeout=120,

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import httpx2  # the SDK's transport (loaded by Slack's and MCP's clients too), not the SDK
 import structlog
 
 from worker import metrics
@@ -88,6 +89,8 @@ class ModelClient:
         self.sampling = sampling or Sampling()
         self.watch_every = watch_every
         self.pools = max(1, pools)
+        if base_url:  # a URL that does not parse stops the process now, not at its first call
+            httpx2.URL(base_url)
         # made at first use, and shared with this client's copies (`Runtime.model_for`)
         self._clients = _Clients(api_key or "not-needed", base_url, timeout, max_retries, pools)
         self._next_pool = itertools.count()
@@ -100,7 +103,14 @@ class ModelClient:
 
     @client.setter
     def client(self, client: openai.OpenAI) -> None:
+        """Replaces the first pool's client, for this client and its copies."""
         self._clients.made()[0] = client
+
+    @property
+    def embeddings(self) -> Any:
+        """The SDK's embeddings (the demonstrations' embeddings selector): the SDK is loaded
+        by the first text embedded, not when the selector is built (in the bot, never)."""
+        return self.client.embeddings
 
     @property
     def server(self) -> str:
@@ -197,6 +207,7 @@ class ModelClient:
         together. With a `sink`, the reply is streamed and its answer text passed on as it
         arrives (and taken back, `reset`, before a retry); the turn is the same as without.
         A failure is counted by kind and logged as a warning naming the server, then raised."""
+        self._clients.made()  # a process's first call loads the SDK: not on the step's clock
         try:
             return self._attempts(
                 self.request_body(messages, tools, max_tokens), timeout, sink, watch
