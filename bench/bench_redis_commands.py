@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -140,6 +141,21 @@ def rq_side(conn: redis.Redis, queue: Queue, runs: int) -> Measured:
 UNPRICED = "local-model"  # a name the price table does not know
 
 
+def defaults() -> Config:
+    """A deployment's default settings: neither the operator's SWITCHBOARD_* variables nor a
+    .env file, as the workers' environment leaves them out (tests/support/processes.py)."""
+    kept = {
+        name: os.environ.pop(name) for name in list(os.environ) if name.startswith("SWITCHBOARD_")
+    }
+    try:
+        return Config(_env_file=None)
+    finally:
+        os.environ.update(kept)
+
+
+DEFAULTS = defaults()
+
+
 def measure_switchboard(
     conn: redis.Redis, url: str, model_url: str, tmp: Path, model: str, runs: int
 ) -> Measured:
@@ -148,11 +164,10 @@ def measure_switchboard(
         1, url, model_url, tmp, "--concurrency", "4", SWITCHBOARD_MODEL=model
     )
     try:  # each side measured with only its own worker running (idle workers send too)
-        config = Config()  # the bot's per-person limits, as a deployment's defaults
-        limits = Limits(
-            runs_in_flight=config.user_runs_in_flight,
-            runs_per_minute=config.user_runs_per_minute,
-            cost_per_day=config.user_cost_per_day,
+        limits = Limits(  # the bot's per-person limits, as a deployment's defaults
+            runs_in_flight=DEFAULTS.user_runs_in_flight,
+            runs_per_minute=DEFAULTS.user_runs_per_minute,
+            cost_per_day=DEFAULTS.user_cost_per_day,
         )
         rt = make_runtime(conn, model_url, limits=limits, model=model)
         common.wait_for_workers(conn, rt.queue.name, 1)
@@ -173,7 +188,7 @@ def main() -> int:
         conn = redis.Redis.from_url(url)
         fake = FakeModelProcess(validate=False)
         try:
-            sb = measure_switchboard(conn, url, fake.url, tmp, Config().model, args.runs)
+            sb = measure_switchboard(conn, url, fake.url, tmp, DEFAULTS.model, args.runs)
             unpriced = measure_switchboard(conn, url, fake.url, tmp, UNPRICED, args.runs)
         finally:
             fake.stop()
@@ -195,7 +210,7 @@ def report(
     per_run, per_job = sum(sb.counts.values()) / runs, sum(rq.counts.values()) / runs
     per_unpriced = sum(unpriced.counts.values()) / runs
     row("runs", f"{runs} fee questions ({MODEL_CALLS} model calls, 3 tool calls each)")
-    row(f"Switchboard, per run ({Config().model})", f"{per_run:6.1f} commands")
+    row(f"Switchboard, per run ({DEFAULTS.model})", f"{per_run:6.1f} commands")
     for command, calls in sb.counts.most_common(16):
         share = rq.counts.get(command, 0) / runs
         row(f"  {command}", f"{calls / runs:6.2f}   (raw RQ {share:5.2f})")
