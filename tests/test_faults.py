@@ -285,6 +285,51 @@ def test_a_run_whose_lease_lapsed_while_redis_stalled_stays_due_for_the_sweeper(
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
 
 
+def test_a_run_handed_back_stays_due_when_redis_refuses_the_wake(redis_conn, model_server):
+    """A stopping worker hands its run back: it makes the run due again, then lets go of the
+    lease. When the wake fails (the chaos soak: a failover answered it NOSCRIPT twice, the
+    script loaded on one server and run on the other), the run must stay due all the same:
+    released as done, it was left `running`, with no lease and nothing to find it, for good."""
+    import threading
+
+    from worker.jobs import advance_run
+    from worker.sweeper import sweep
+
+    first = Turn(tool_calls=[("calculate", {"expression": "6 * 7"})], delay=0.5)
+    model_server.route("handed back", [first, "it is 42"])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
+    run = service.submit(rt, "handed back: what is 6 * 7?", ALICE)
+    redis_conn.lpop(rt.queue.key)  # the job this worker took
+    # Redis answers the wake NOSCRIPT, whatever was loaded, as the soak's failover did
+    rt.store._wake = redis_conn.register_script("return redis.error_reply('NOSCRIPT injected')")
+    raised: list[BaseException] = []
+
+    def advance() -> None:
+        try:
+            advance_run(rt, run.id)
+        except BaseException as exc:  # the job's error, as RQ would record it
+            raised.append(exc)
+
+    worker = threading.Thread(target=advance, daemon=True)
+    worker.start()
+    wait_until(
+        lambda: any("handed back" in str(body) for body in model_server.chat_requests),
+        what="the model call in flight",
+    )
+    rt.stopping.set()  # SIGTERM: the run goes back to the queue after this step
+    worker.join(15)
+    assert not worker.is_alive() and isinstance(raised[0], redis.exceptions.NoScriptError)
+    assert not redis_conn.exists(rt.store.keys.lease(run.id))
+    assert rt.store.load(run.id).status == RunStatus.RUNNING
+    rt.stopping.clear()
+    wait_until(lambda: rt.store.overdue(older_than=LEASE), what="the run to be overdue")
+    assert sweep(rt) == 1  # before: not due, never found again
+    work(rt)
+    done = rt.store.load(run.id)
+    assert done.status == RunStatus.COMPLETED and done.answer == "it is 42"
+    assert done.usage.steps == 2  # the step before the hand-back kept, not made again
+
+
 def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_conn):
     """The keeper renews all of a process's leases in one script per RENEW_CHUNK of them (a
     process with 1,000 runs in flight renewed them one command each, too slowly for its busy
