@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -65,10 +66,40 @@ def connect(url: str, max_connections: int = 100, *, require: bool = False) -> r
     if sentinel_url.is_sentinel(url):
         connection = sentinel_primary(sentinel_url.parse(url), options)
     else:
-        connection = redis.Redis.from_url(url, **options)
+        connection = Client.from_url(url, **options)
     check(connection, url)
     log.info("redis_in_use", url=errors.redact_url(url))
     return connection
+
+
+class AnyServerScript(redis.commands.core.Script):
+    """A script that runs on whichever server its command reaches. On NOSCRIPT redis-py
+    loads it (SCRIPT LOAD) and sends its EVALSHA again, and during a failover the two may
+    reach different servers: the load a connection to the demoted primary, the EVALSHA,
+    answered READONLY there and retried on a new connection, the promoted one, which then
+    answers NOSCRIPT again (the chaos soak's stopping worker lost its hand-back's wake to
+    it; a save would fail its run). Then the script's text is sent (EVAL), which runs
+    wherever it lands. A pipeline's scripts are loaded when it runs, as redis-py does."""
+
+    def __call__(
+        self,
+        keys: Sequence[Any] | None = None,
+        args: Sequence[Any] | None = None,
+        client: Any = None,
+    ) -> Any:
+        try:
+            return super().__call__(keys, args, client)
+        except redis.exceptions.NoScriptError:
+            runner = self.registered_client if client is None else client
+            keys = list(keys or ())
+            return runner.eval(self.script, len(keys), *keys, *(args or ()))
+
+
+class Client(redis.Redis):
+    """redis.Redis whose scripts run wherever their command lands (`AnyServerScript`)."""
+
+    def register_script(self, script: Any) -> AnyServerScript:
+        return AnyServerScript(self, script)
 
 
 class PrimaryMoved(redis.ConnectionError):
@@ -133,7 +164,7 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
     # (it may have run), as with REDIS_URL=redis://.
     return manager.master_for(
         where.service,
-        redis_class=redis.Redis,
+        redis_class=Client,
         connection_class=FollowPrimary,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3, supported_errors=(PrimaryMoved,)),
         db=where.db,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard import errors, sentinel_url
-from switchboard.redisconn import connect
+from switchboard.redisconn import AnyServerScript, connect
 from switchboard.settings import Config
 from tests.fakes.openai_server import Turn
 from tests.support import sentinel_group
@@ -109,6 +109,7 @@ def test_a_sentinel_url_reaches_the_primary_and_names_a_missing_service(group):
     conn = connect(group.url)
     conn.set("where", "primary")
     assert group.primary().client().get("where") == b"primary"
+    assert isinstance(conn.register_script("return 1"), AnyServerScript)  # failovers: NOSCRIPT
     assert conn.connection_pool.connection_kwargs.get("password") is None
     wrong = group.url.replace(f"/{sentinel_group.SERVICE}/", "/nosuch/")
     with pytest.raises(errors.ConfigError, match="no Sentinel names a primary"):
