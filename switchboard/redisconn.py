@@ -87,12 +87,12 @@ class AnyServerScript(redis.commands.core.Script):
         args: Sequence[Any] | None = None,
         client: Any = None,
     ) -> Any:
+        keys, args = list(keys or ()), list(args or ())  # read twice, if it comes to that
         try:
             return super().__call__(keys, args, client)
         except redis.exceptions.NoScriptError:
             runner = self.registered_client if client is None else client
-            keys = list(keys or ())
-            return runner.eval(self.script, len(keys), *keys, *(args or ()))
+            return runner.eval(self.script, len(keys), *keys, *args)
 
 
 class Client(redis.Redis):

@@ -285,11 +285,14 @@ def test_a_run_whose_lease_lapsed_while_redis_stalled_stays_due_for_the_sweeper(
     assert rt.store.load(run.id).status == RunStatus.COMPLETED
 
 
-def test_a_run_handed_back_stays_due_when_redis_refuses_the_wake(redis_conn, model_server):
-    """A stopping worker hands its run back: it makes the run due again, then lets go of the
-    lease. When the wake fails (the chaos soak: a failover answered it NOSCRIPT twice, the
-    script loaded on one server and run on the other), the run must stay due all the same:
-    released as done, it was left `running`, with no lease and nothing to find it, for good."""
+@pytest.mark.parametrize("refused", [("_wake",), ("_wake", "_append")])
+def test_a_run_handed_back_stays_due_when_redis_refuses_the_wake(redis_conn, model_server, refused):
+    """A stopping worker hands its run back: it makes the run due again, writes its last
+    events, then lets go of the lease. When the wake fails (the chaos soak: a failover
+    answered it NOSCRIPT twice, the script loaded on one server and run on the other), the
+    run must stay due all the same: released as done, it was left `running`, with no lease
+    and nothing to find it, for good. When writing the events fails too, the lease is let go
+    all the same: kept, the process renewed it for the rest of its life (found by review)."""
     import threading
 
     from worker.jobs import advance_run
@@ -300,8 +303,11 @@ def test_a_run_handed_back_stays_due_when_redis_refuses_the_wake(redis_conn, mod
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
     run = service.submit(rt, "handed back: what is 6 * 7?", ALICE)
     redis_conn.lpop(rt.queue.key)  # the job this worker took
-    # Redis answers the wake NOSCRIPT, whatever was loaded, as the soak's failover did
-    rt.store._wake = redis_conn.register_script("return redis.error_reply('NOSCRIPT injected')")
+    # Redis answers NOSCRIPT, whatever was loaded, as the soak's failover did
+    refusing = redis_conn.register_script("return redis.error_reply('NOSCRIPT injected')")
+    rt.store._wake = refusing
+    if "_append" in refused:
+        rt.events._append = refusing
     raised: list[BaseException] = []
 
     def advance() -> None:
@@ -319,7 +325,7 @@ def test_a_run_handed_back_stays_due_when_redis_refuses_the_wake(redis_conn, mod
     rt.stopping.set()  # SIGTERM: the run goes back to the queue after this step
     worker.join(15)
     assert not worker.is_alive() and isinstance(raised[0], redis.exceptions.NoScriptError)
-    assert not redis_conn.exists(rt.store.keys.lease(run.id))
+    assert not redis_conn.exists(rt.store.keys.lease(run.id)) and not rt.leases.held()
     assert rt.store.load(run.id).status == RunStatus.RUNNING
     rt.stopping.clear()
     wait_until(lambda: rt.store.overdue(older_than=LEASE), what="the run to be overdue")

@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from switchboard.redisconn import Client
+from switchboard.redisconn import AnyServerScript, Client
 from tests.support.redis_server import RedisServer
 
 INCR = "return redis.call('INCR', KEYS[1])"
@@ -41,6 +41,10 @@ class InTurn(redis.ConnectionPool):
     def release(self, connection: Any) -> None:
         self.lent.pop(id(connection)).release(connection)
 
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        for pool in self.pools:
+            pool.disconnect(inuse_connections)
+
 
 @pytest.fixture
 def second_server(tmp_path: Path) -> Iterator[str]:
@@ -61,14 +65,15 @@ def test_a_script_loaded_on_one_server_and_run_on_another_runs_all_the_same(
     client.script_flush()
     client.script_flush()
     ours = client.register_script(INCR)
-    assert isinstance(ours, Script)
+    assert isinstance(ours, AnyServerScript)
     assert ours(keys=["sb:test:counter"]) == 1  # its text sent at last: it ran where it landed
+    client.connection_pool.disconnect()
     counts = [redis.Redis.from_url(u).getdel("sb:test:counter") for u in (redis_url, second_server)]
     assert counts.count(b"1") == 1 and counts.count(None) == 1  # it ran once, on one server
 
 
 def test_the_connection_every_process_opens_is_one_whose_scripts_run_anywhere(redis_url: str):
     """REDIS_URL's (redis+sentinel://: tests/test_redis_sentinel.py)."""
-    from switchboard.redisconn import AnyServerScript, connect
+    from switchboard.redisconn import connect
 
     assert isinstance(connect(redis_url).register_script(INCR), AnyServerScript)

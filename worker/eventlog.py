@@ -106,9 +106,11 @@ class EventLog:
             self._push(run_id, events)
 
     def release(self, run_id: str) -> None:
-        """Write what is left and stop keeping."""
-        self.flush(run_id)
-        self._held.pop(run_id, None)
+        """Write what is left and stop keeping (kept no longer if the write fails)."""
+        try:
+            self.flush(run_id)
+        finally:
+            self._held.pop(run_id, None)
 
     def _push(self, run_id: str, bodies: list[str]) -> None:
         args = [self.retention, MAX_EVENTS_PER_RUN, *bodies]

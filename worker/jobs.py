@@ -53,16 +53,18 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
             if outcome == HANDED_BACK:
                 rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
-            rt.events.release(run_id)
-            # The run stays due for the sweeper when nothing came back (Redis failed under
-            # the step and again under saving the failure: the run is as last saved), and
-            # when it is handed back or left to a newer worker, whether or not the wake that
-            # makes it due again went through: released as done, such a run was left
-            # `running` with no lease and nothing to find it, for good (found by the soak:
-            # a failover answered the hand-back's wake NOSCRIPT twice).
-            settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA)
-            again = lease.release(due_seen if settled else "")
-            structlog.contextvars.unbind_contextvars("run_id")
+            try:
+                rt.events.release(run_id)  # a hand-back's own event, at least, is left to write
+            finally:  # let go whatever became of them: held, the lease was renewed for good
+                # The run stays due for the sweeper when nothing came back (Redis failed
+                # under the step and again under saving the failure: the run is as last
+                # saved), and when it is handed back or left to a newer worker, whether or
+                # not the wake that makes it due again went through: released as done, such
+                # a run was left `running` with no lease and nothing to find it, for good
+                # (found by the soak: a failover answered the hand-back's wake NOSCRIPT).
+                settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA)
+                again = lease.release(due_seen if settled else "")
+                structlog.contextvars.unbind_contextvars("run_id")
         if outcome == HANDED_BACK:
             rt.enqueue_advance(run_id)
             return outcome
