@@ -10,7 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx2  # the SDK's transport (loaded by Slack's and MCP's clients too), not the SDK
+import httpx2  # the SDK's transport, not the SDK (worker/connections/oauth.py loads it too)
 import structlog
 
 from worker import metrics
@@ -328,7 +328,6 @@ class ModelClient:
         client for the attempt's timeout and build pydantic objects of every reply, about a
         third of the SDK's CPU per call, only for `read_turn` to read the fields back. The
         body is read as JSON whatever its content type says (proxies label JSON text/plain)."""
-        import httpx2
         import openai
 
         options: RequestOptions = {
@@ -451,7 +450,6 @@ class _Clients:
         return made
 
     def _make(self) -> list[openai.OpenAI]:
-        import httpx2
         import openai
 
         api_key, base_url, timeout, max_retries, pools = self._settings
