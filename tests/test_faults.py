@@ -336,6 +336,26 @@ def test_a_run_handed_back_stays_due_when_redis_refuses_the_wake(redis_conn, mod
     assert done.usage.steps == 2  # the step before the hand-back kept, not made again
 
 
+def test_a_retry_whose_live_events_redis_refuses_for_now_goes_on_and_they_come_with_the_save(
+    redis_conn, model_server
+):
+    """A model attempt fails and is retried: the failure and the retry's start are written
+    at once, for those watching. A Redis that refuses that write for now (restarted, still
+    loading its data: LOADING) failed the run with an internal error (the chaos soak). The
+    step goes on, the events stay kept and come with the step's save."""
+    model_server.route("loading", Script(["fine"], faults={0: [Fault(status=500)]}))
+    rt = make_runtime(redis_conn, model_server.url)
+    run = service.submit(rt, "loading question", ALICE)
+    # Redis answers the live writes LOADING, as a restarted one does while it loads its data
+    loading = "return redis.error_reply('LOADING Redis is loading the dataset in memory')"
+    rt.events._append = redis_conn.register_script(loading)
+    work(rt)
+    done = rt.store.load(run.id)
+    assert done.status == RunStatus.COMPLETED and done.answer == "fine"
+    kinds = [e.kind for e in rt.events.read(run.id)]
+    assert kinds.count("model_attempt_failed") == 1 and kinds.count("model_call_started") == 2
+
+
 def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_conn):
     """The keeper renews all of a process's leases in one script per RENEW_CHUNK of them (a
     process with 1,000 runs in flight renewed them one command each, too slowly for its busy

@@ -105,6 +105,22 @@ class EventLog:
         if events:
             self._push(run_id, events)
 
+    def flush_live(self, run_id: str) -> None:
+        """As `flush`, for those watching the run live (a retry starting, an attempt that
+        failed): when Redis does not take them now (restarting, loading its data, failing
+        over) they stay kept, for the run's next save, and the step goes on. That write
+        failing failed the run (internal_error; found by the chaos soak: a restarted Redis
+        answered LOADING). Not for a record that must be made before what follows (a write
+        about to start): that one is `flush`, which raises."""
+        events = self.take(run_id)
+        if not events:
+            return
+        try:
+            self._push(run_id, events)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.put_back(run_id, events)
+            log.warning("run_events_kept", run_id=run_id, events=len(events), error=str(exc))
+
     def release(self, run_id: str) -> None:
         """Write what is left and stop keeping (kept no longer if the write fails)."""
         try:

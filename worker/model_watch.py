@@ -104,7 +104,7 @@ class StepWatch:
         if attempt == 1:
             return
         self.rt.events.append(self.run.id, EventKind.MODEL_CALL_STARTED, **self._started(attempt))
-        self.rt.events.flush(self.run.id)
+        self.rt.events.flush_live(self.run.id)
         self.waiting(time.monotonic() - self.started)  # a retry: the status says so at once
 
     def attempt_failed(
@@ -129,7 +129,7 @@ class StepWatch:
             tokens=spent.known,
             cost=round(cost, 8),
         )
-        self.rt.events.flush(self.run.id)
+        self.rt.events.flush_live(self.run.id)
 
     def waiting(self, seconds: float) -> None:
         text = WAITING.format(
