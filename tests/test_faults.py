@@ -356,6 +356,35 @@ def test_a_retry_whose_live_events_redis_refuses_for_now_goes_on_and_they_come_w
     assert kinds.count("model_attempt_failed") == 1 and kinds.count("model_call_started") == 2
 
 
+def test_a_save_that_redis_refuses_for_now_does_not_fail_the_run_it_goes_on_from_its_last_save(
+    redis_conn, model_server
+):
+    """Redis restarting under a step (it answers LOADING while it reads its data back) is a
+    crash to the run, not its failure: it stays due as last saved and the sweeper queues it
+    again. Ended as failed, the failure's own save going through once Redis was back, a blip
+    of Redis failed the person's run (the chaos soak: 1 run in 487)."""
+    from worker import store
+    from worker.sweeper import sweep
+
+    model_server.route("blip", ["fine"])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
+    run = service.submit(rt, "blip question", ALICE)
+    refused = f"sb:test:refused:{run.id}"
+    once = (
+        f"if redis.call('INCR', '{refused}') == 1 then "
+        "return redis.error_reply('LOADING Redis is loading the dataset in memory') end\n"
+    )
+    rt.store._save = redis_conn.register_script(once + store._SAVE)  # its first save refused
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.QUEUED  # as last saved, not failed
+    assert not redis_conn.exists(rt.store.keys.lease(run.id))
+    wait_until(lambda: rt.store.overdue(older_than=LEASE), what="the run to be overdue")
+    assert sweep(rt) == 1
+    work(rt)
+    done = rt.store.load(run.id)
+    assert done.status == RunStatus.COMPLETED and done.answer == "fine"
+
+
 def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_conn):
     """The keeper renews all of a process's leases in one script per RENEW_CHUNK of them (a
     process with 1,000 runs in flight renewed them one command each, too slowly for its busy

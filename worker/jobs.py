@@ -6,6 +6,7 @@ twice. Crashed runs are recovered from their persisted state by the sweeper inst
 
 from __future__ import annotations
 
+import redis
 import structlog
 from rq import get_current_job
 
@@ -24,6 +25,8 @@ log = structlog.get_logger(__name__)
 HANDED_BACK = "handed_back"
 # A run this release cannot read (a newer one wrote it): left, untouched, to another worker.
 UNKNOWN_SCHEMA = "unknown_schema"
+# Redis went away under the step: the run is as last saved, for the sweeper, as after a crash.
+INTERRUPTED = "interrupted"
 
 
 def advance(run_id: str) -> str:
@@ -62,9 +65,11 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 # not the wake that makes it due again went through: released as done, such
                 # a run was left `running` with no lease and nothing to find it, for good
                 # (found by the soak: a failover answered the hand-back's wake NOSCRIPT).
-                settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA)
+                settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA, INTERRUPTED)
                 again = lease.release(due_seen if settled else "")
                 structlog.contextvars.unbind_contextvars("run_id")
+        if outcome == INTERRUPTED:  # not again at once: the sweeper, once Redis answers
+            return outcome
         if outcome == HANDED_BACK:
             rt.enqueue_advance(run_id)
             return outcome
@@ -96,6 +101,13 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
     except LeaseLost:
         log.warning("advance_lease_lost", run_id=run_id)
         return "lost"
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # Redis restarting, loading its data or failing over under the step: as after a
+        # crash, the run goes on from its last save (a write started is reconciled through
+        # the ledger). Ended as failed, a blip of Redis failed the person's run when the
+        # failure's own save went through (the chaos soak: LOADING under a save).
+        log.warning("advance_interrupted", run_id=run_id, error=brief(exc))
+        return INTERRUPTED
     except Exception as exc:  # the job boundary: a run is never silently lost
         log.exception("advance_failed", run_id=run_id)
         try:
