@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -383,6 +384,40 @@ def test_a_save_that_redis_refuses_for_now_does_not_fail_the_run_it_goes_on_from
     work(rt)
     done = rt.store.load(run.id)
     assert done.status == RunStatus.COMPLETED and done.answer == "fine"
+
+
+def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_all_the_same(
+    redis_conn, model_server
+):
+    """The run is saved as ended, then gives its place in flight back and is said to be
+    done. A Redis that refuses the release for now (LOADING) must not keep the answer from
+    the person: interrupted there, the run stayed ended in Redis and was never said (a
+    worker taking it again finds it ended; found by review)."""
+    from worker import limits as limits_module
+    from worker.limits import Limits
+    from worker.surface import SilentSurface
+
+    class Told(SilentSurface):
+        def __init__(self) -> None:
+            self.runs: list[str] = []
+
+        def finished(self, run: Any) -> None:
+            self.runs.append(run.id)
+
+    told = Told()
+    model_server.route("place", ["answered"])
+    rt = make_runtime(
+        redis_conn, model_server.url, limits=Limits(runs_in_flight=3), surfaces={"told": told}
+    )
+    run = service.submit(rt, "place question", ALICE, origin={"surface": "told"})
+    refused = f"sb:test:refused:{run.id}"
+    once = (
+        f"if redis.call('INCR', '{refused}') == 1 then "
+        "return redis.error_reply('LOADING Redis is loading the dataset in memory') end\n"
+    )
+    rt.limits._release = redis_conn.register_script(once + limits_module._RELEASE)
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED and told.runs == [run.id]
 
 
 def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_conn):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import redis
 import structlog
 
 from approvals import ApprovalRequest, ApprovalStatus
@@ -503,7 +504,13 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
     tracing.run_ended(run)
     metrics.run_ended(run.status, run.usage.active_seconds)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
-    admit_next(rt, run)
+    try:
+        admit_next(rt, run)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # Saved as ended: the person is told all the same (interrupted here, the run was
+        # ended in Redis and never said: a worker that takes it again finds it ended). Its
+        # place in flight counts until it goes stale; the sweeper then admits who waits.
+        log.warning("run_admission_later", run_id=run.id, error=str(exc))
     rt.surface(run).finished(run)
 
 
