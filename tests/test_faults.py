@@ -40,6 +40,16 @@ RECOVERY_BOUND = LEASE + 8.0  # "within the lease expiry plus a few seconds"
 ROUNDS = int(os.environ.get("SWITCHBOARD_KILL_ROUNDS") or (20 if os.environ.get("CI") else 3))
 
 
+# What a restarted Redis answers while it reads its data back.
+LOADING = "return redis.error_reply('LOADING Redis is loading the dataset in memory')"
+
+
+def refused_once(conn: redis.Redis, script: str, mark: str) -> Any:
+    """`script` as Redis runs it, but answered LOADING the first time (counted at `mark`)."""
+    once = f"if redis.call('INCR', '{mark}') == 1 then {LOADING} end\n"
+    return conn.register_script(once + script)
+
+
 class Cluster:
     """Two worker processes; a killed one is replaced, as a supervisor would."""
 
@@ -348,8 +358,7 @@ def test_a_retry_whose_live_events_redis_refuses_for_now_goes_on_and_they_come_w
     rt = make_runtime(redis_conn, model_server.url)
     run = service.submit(rt, "loading question", ALICE)
     # Redis answers the live writes LOADING, as a restarted one does while it loads its data
-    loading = "return redis.error_reply('LOADING Redis is loading the dataset in memory')"
-    rt.events._append = redis_conn.register_script(loading)
+    rt.events._append = redis_conn.register_script(LOADING)
     work(rt)
     done = rt.store.load(run.id)
     assert done.status == RunStatus.COMPLETED and done.answer == "fine"
@@ -370,12 +379,8 @@ def test_a_save_that_redis_refuses_for_now_does_not_fail_the_run_it_goes_on_from
     model_server.route("blip", ["fine"])
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
     run = service.submit(rt, "blip question", ALICE)
-    refused = f"sb:test:refused:{run.id}"
-    once = (
-        f"if redis.call('INCR', '{refused}') == 1 then "
-        "return redis.error_reply('LOADING Redis is loading the dataset in memory') end\n"
-    )
-    rt.store._save = redis_conn.register_script(once + store._SAVE)  # its first save refused
+    mark = f"sb:test:refused:{run.id}"
+    rt.store._save = refused_once(redis_conn, store._SAVE, mark)  # its first save refused
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.QUEUED  # as last saved, not failed
     assert not redis_conn.exists(rt.store.keys.lease(run.id))
@@ -410,12 +415,8 @@ def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_
         redis_conn, model_server.url, limits=Limits(runs_in_flight=3), surfaces={"told": told}
     )
     run = service.submit(rt, "place question", ALICE, origin={"surface": "told"})
-    refused = f"sb:test:refused:{run.id}"
-    once = (
-        f"if redis.call('INCR', '{refused}') == 1 then "
-        "return redis.error_reply('LOADING Redis is loading the dataset in memory') end\n"
-    )
-    rt.limits._release = redis_conn.register_script(once + limits_module._RELEASE)
+    mark = f"sb:test:refused:{run.id}"
+    rt.limits._release = refused_once(redis_conn, limits_module._RELEASE, mark)
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.COMPLETED and told.runs == [run.id]
 

@@ -92,7 +92,9 @@ class ModelClient:
         if base_url:  # a URL that does not parse stops the process now, not at its first call
             httpx2.URL(base_url)
         # made at first use, and shared with this client's copies (`Runtime.model_for`)
-        self._clients = _Clients(api_key or "not-needed", base_url, timeout, max_retries, pools)
+        self._clients = _Clients(
+            api_key or "not-needed", base_url, timeout, max_retries, self.pools
+        )
         self._next_pool = itertools.count()
         self._thread = threading.local()
 
@@ -436,7 +438,7 @@ class _Clients:
     def __init__(
         self, api_key: str, base_url: str | None, timeout: float, max_retries: int, pools: int
     ) -> None:
-        self._settings = (api_key, base_url, timeout, max_retries, max(1, pools))
+        self._settings = (api_key, base_url, timeout, max_retries, pools)
         self._lock = threading.Lock()
         self._made: list[openai.OpenAI] | None = None
 
