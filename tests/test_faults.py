@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from tests.fakes.openai_server import Fault, Script, Turn
+from tests.fakes.slack_server import FakeSlack
 from tests.support import fault_tools
 from tests.support.processes import WorkerProcess, worker_env
 from tests.support.redis_server import RedisServer
@@ -26,11 +27,13 @@ from tests.support.runtime import (
     wait_until,
     work,
 )
+from tests.support.slack_bot import CHANNEL, TOKEN
 from tools.builtin.tickets import TicketStore
 from tools.registry import registry
 from worker import service
 from worker.run import RunStatus
 from worker.runtime import Runtime
+from worker.surface import SilentSurface
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +45,16 @@ ROUNDS = int(os.environ.get("SWITCHBOARD_KILL_ROUNDS") or (20 if os.environ.get(
 
 # What a restarted Redis answers while it reads its data back.
 LOADING = "return redis.error_reply('LOADING Redis is loading the dataset in memory')"
+
+
+class Told(SilentSurface):
+    """A surface that keeps which runs it was told have ended."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    def finished(self, run: Any) -> None:
+        self.runs.append(run.id)
 
 
 def refused_once(conn: redis.Redis, script: str, mark: str) -> Any:
@@ -200,6 +213,62 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
             outcomes["approved"].append("executed-once-after-recovery")
     print("kill -9 outcomes:", {k: sorted(set(v)) for k, v in outcomes.items()})
     assert all(len(v) == ROUNDS for v in outcomes.values())
+
+
+def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_said_once(
+    redis_conn, redis_url, model_server, tmp_path
+):
+    """The worker saves the run as ended, then tells the thread; killed in between (here:
+    while Slack is slow to take the answer), the run was ended in Redis and never said: the
+    worker that took it again found it ended and posted nothing. The next worker posts the
+    answer, once."""
+    answer = "The printer on floor 2 is back."
+    model_server.route("floor 2", [Turn(answer, delay=0.5)])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
+    with FakeSlack() as slack:
+        thread_ts = slack.add_message(CHANNEL, "Is the printer on floor 2 back?")
+        origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
+        env = worker_env(
+            redis_url,
+            model_server.url,
+            tmp_path,
+            SLACK_BOT_TOKEN=TOKEN,
+            SLACK_API_URL=slack.url,
+            SWITCHBOARD_STREAM_ANSWERS="false",
+            SWITCHBOARD_LEASE_SECONDS=str(LEASE),
+            SWITCHBOARD_SWEEP_SECONDS="0.1",
+        )
+        first = WorkerProcess(env, tmp_path / "first.log")
+        try:
+            run = service.submit(rt, "Is the printer on floor 2 back?", ALICE, origin=origin)
+            model_server.wait_for(
+                lambda: any("floor 2" in str(r) for r in model_server.chat_requests)
+            )
+            for method in ("chat.postMessage", "chat.update"):  # every post of the ending
+                slack.slow(method, 60, times=20)
+            wait_until(lambda: rt.store.load(run.id).status.terminal, what="the run saved ended")
+            first.kill9()  # between the save and the answer
+        finally:
+            first.stop()
+        assert rt.store.load(run.id).status == RunStatus.COMPLETED
+        assert not [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+        slack.fast()
+        second = WorkerProcess(env, tmp_path / "second.log")
+        try:
+            wait_until(
+                lambda: [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)],
+                timeout=RECOVERY_BOUND,
+                what="the answer in the thread",
+            )
+            wait_until(
+                lambda: not redis_conn.exists(rt.store.keys.untold(run.id)),
+                what="the run said",
+            )
+        finally:
+            second.stop()
+        answers = [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+    assert len(answers) == 1  # before: none
+    assert "run_said_late" in (tmp_path / "second.log").read_text()
 
 
 def test_pending_approvals_survive_a_redis_restart_with_aof(model_server, tmp_path, tickets_db):
@@ -400,14 +469,6 @@ def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_
     worker taking it again finds it ended; found by review)."""
     from worker import limits as limits_module
     from worker.limits import Limits
-    from worker.surface import SilentSurface
-
-    class Told(SilentSurface):
-        def __init__(self) -> None:
-            self.runs: list[str] = []
-
-        def finished(self, run: Any) -> None:
-            self.runs.append(run.id)
 
     told = Told()
     model_server.route("place", ["answered"])
@@ -419,6 +480,39 @@ def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_
     rt.limits._release = refused_once(redis_conn, limits_module._RELEASE, mark)
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.COMPLETED and told.runs == [run.id]
+    assert not redis_conn.exists(rt.store.keys.untold(run.id))  # said: nothing left to say
+
+
+def test_a_run_whose_last_save_lost_its_answer_is_said_to_have_ended_once(redis_conn, model_server):
+    """Redis saves the run as ended, and the save's answer is lost (the connection dropped,
+    a restart: LOADING). The worker takes it for an interruption and stops there, so the run
+    was ended in Redis and never said: a worker that took it again found it ended and said
+    nothing (found by review). It stays due; the worker the sweeper gives it to says it, and
+    a later job for it finds it said."""
+    from worker import store
+    from worker.jobs import advance_run
+    from worker.sweeper import sweep
+
+    told = Told()
+    model_server.route("lost answer", ["answered"])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE, surfaces={"told": told})
+    run = service.submit(rt, "lost answer question", ALICE, origin={"surface": "told"})
+    mark = f"sb:test:lost:{run.id}"
+    # the save is done, then answered LOADING: the first time the run is saved as ended
+    rt.store._save = redis_conn.register_script(
+        f"local function save()\n{store._SAVE}\nend\nlocal answer = save()\n"
+        f"if ARGV[8] == 'completed' and redis.call('INCR', '{mark}') == 1 then {LOADING} end\n"
+        "return answer\n"
+    )
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED and told.runs == []
+    assert redis_conn.exists(rt.store.keys.untold(run.id))
+    wait_until(lambda: rt.store.overdue(older_than=LEASE), what="the run to be overdue")
+    assert sweep(rt) == 1
+    work(rt)
+    assert told.runs == [run.id]  # before: never said
+    assert not redis_conn.exists(rt.store.keys.untold(run.id))
+    assert advance_run(rt, run.id) == "completed" and told.runs == [run.id]  # said once
 
 
 def test_one_beat_renews_every_lease_held_and_lets_go_of_those_taken_over(redis_conn):

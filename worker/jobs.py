@@ -15,7 +15,7 @@ from worker import runtime, tracing
 from worker.audit import log_decision
 from worker.events import EventKind
 from worker.lease import Lease
-from worker.loop import Finish, drive, end
+from worker.loop import Finish, drive, end, say_ended
 from worker.run import EndReason, RunSchemaError, RunStatus
 from worker.store import LeaseLost, RunNotFound
 
@@ -27,6 +27,8 @@ HANDED_BACK = "handed_back"
 UNKNOWN_SCHEMA = "unknown_schema"
 # Redis went away under the step: the run is as last saved, for the sweeper, as after a crash.
 INTERRUPTED = "interrupted"
+# The outcomes of a job that leaves its run ended, and said to be (by it, or before it).
+ENDED = frozenset(status.value for status in RunStatus if status.terminal)
 
 
 def advance(run_id: str) -> str:
@@ -66,7 +68,7 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 # a run was left `running` with no lease and nothing to find it, for good
                 # (found by the soak: a failover answered the hand-back's wake NOSCRIPT).
                 settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA, INTERRUPTED)
-                again = lease.release(due_seen if settled else "")
+                again = lease.release(due_seen if settled else "", told=outcome in ENDED)
                 structlog.contextvars.unbind_contextvars("run_id")
         if outcome == INTERRUPTED:  # not again at once: the sweeper, once Redis answers
             return outcome
@@ -93,6 +95,11 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         log.warning("advance_unknown_schema", run_id=run_id, error=str(exc))
         return UNKNOWN_SCHEMA
     if run.status.terminal:
+        # Saved as ended and never said: the worker that ended it stopped before it could
+        # (killed, or Redis lost the save's answer after it was done); said now, at least once
+        if rt.store.untold(run_id):
+            log.warning("run_said_late", run_id=run_id, status=run.status.value)
+            say_ended(rt, run)
         return run.status.value
     try:
         with tracing.advance(run):

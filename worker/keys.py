@@ -28,6 +28,11 @@ class Keys(ApprovalKeys):
         """Who asked to cancel the run."""
         return f"{self.ns}run:{run_id}:cancel"
 
+    def untold(self, run_id: str) -> str:
+        """Set as the run is saved as ended; gone once the person was told (the lease's
+        release drops it): a worker that finds the run ended with it still there says it."""
+        return f"{self.ns}run:{run_id}:untold"
+
     def events(self, run_id: str) -> str:
         """List: the run's append-only event log."""
         return f"{self.ns}run:{run_id}:events"

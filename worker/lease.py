@@ -40,13 +40,15 @@ return renewed
 
 RENEW_CHUNK = 500  # leases per script call: bounds the time Redis runs one
 
-# KEYS: lease, due set.  ARGV: token, run id, due score seen when the work began.
+# KEYS: lease, due set, and the run's mark of not yet said to have ended when it was (it is
+# dropped).  ARGV: token, run id, due score seen when the work began.
 # Returns 1 when the run was woken again while we worked (someone must look again).
 # A lease that lapsed meanwhile (Redis stalled longer than the lease: paused, stopped) leaves
 # the run due: the work stopped at its next fenced save, so the run is still to do, and the
 # sweeper re-queues what is due and unleased. Dropping it then left the run `running` with
 # no lease and nothing to find it, for good (found by the chaos soak).
 _RELEASE = """
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 local held = redis.call('GET', KEYS[1]) == ARGV[1]
 if held then redis.call('DEL', KEYS[1]) end
 local cur = redis.call('ZSCORE', KEYS[2], ARGV[2])
@@ -80,9 +82,10 @@ class Lease:
         self.due_seen = due_seen
         self.document = document
 
-    def release(self, due_seen: str) -> bool:
-        """Let go of the run. True when it was woken meanwhile and needs another look."""
-        return self.keeper.release(self, due_seen)
+    def release(self, due_seen: str, *, told: bool = False) -> bool:
+        """Let go of the run (`told`: it ended and that was said). True when it was woken
+        meanwhile and needs another look."""
+        return self.keeper.release(self, due_seen, told=told)
 
 
 class LeaseKeeper:
@@ -130,14 +133,14 @@ class LeaseKeeper:
                 self._thread.start()
         return Lease(self, run_id, token, "" if due is None else repr(due), document)
 
-    def release(self, lease: Lease, due_seen: str) -> bool:
+    def release(self, lease: Lease, due_seen: str, *, told: bool = False) -> bool:
         with self._lock:
             if self._held.get(lease.run_id) == lease.token:
                 del self._held[lease.run_id]
-        again = self._release(
-            keys=[self.store.keys.lease(lease.run_id), self.store.keys.due],
-            args=[lease.token, lease.run_id, due_seen],
-        )
+        keys = [self.store.keys.lease(lease.run_id), self.store.keys.due]
+        if told:
+            keys.append(self.store.keys.untold(lease.run_id))
+        again = self._release(keys=keys, args=[lease.token, lease.run_id, due_seen])
         return bool(again)
 
     def held(self) -> list[str]:

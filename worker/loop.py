@@ -504,6 +504,13 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
     tracing.run_ended(run)
     metrics.run_ended(run.status, run.usage.active_seconds)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
+    say_ended(rt, run)
+
+
+def say_ended(rt: Runtime, run: Run) -> None:
+    """After the run was saved as ended: its place in flight is given back and the person
+    is told. Again by a worker that finds the run ended and not yet said (`RunStore.untold`):
+    the one that ended it stopped in between, or lost the answer of the save."""
     try:
         admit_next(rt, run)
     except (redis.ConnectionError, redis.TimeoutError) as exc:

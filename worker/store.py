@@ -16,10 +16,11 @@ from worker.eventlog import APPEND_LUA, MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
 from worker.run import Run, RunSchemaError, RunStatus, migrate
 
-# KEYS: doc, lease, new status index, events, cancel mark, then the other status indexes.
+# KEYS: doc, lease, new status index, events, cancel mark, the mark of a run not yet said to
+# have ended, then the other status indexes.
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
-# events the log keeps, the lease's term in ms (0 = leave it), the run's status, then events
-# to append.
+# events the log keeps, the lease's term in ms (0 = leave it), the run's status, how long the
+# not-yet-said mark lives (0: none is set: the run has not ended), then events to append.
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite;
 # one whose save goes through holds the run, and with a term its lease runs that long from then.
 # A run's index entry is scored when it reached its status, and its document and event log
@@ -52,7 +53,7 @@ else
   if redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1 then
     local left = false
     if was then
-      for i = 6, #KEYS do
+      for i = 7, #KEYS do
         if string.sub(KEYS[i], -(#was + 1)) == ':' .. was then
           redis.call('ZREM', KEYS[i], ARGV[3])
           left = true
@@ -60,7 +61,7 @@ else
       end
     end
     if not left then
-      for i = 6, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+      for i = 7, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
     end
   end
   if ttl > 0 then
@@ -69,8 +70,11 @@ else
     redis.call('SET', KEYS[1], ARGV[2])
   end
 end
+-- ended: said to the person next; a worker that finds the run ended with this mark still set
+-- says it (the one that ended it stopped before it could, or lost this script's answer)
+if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[6], '1', 'EX', ARGV[9]) end
 local full, began = false, false
-if #ARGV > 8 then full, began = append(KEYS[4], 9, ttl, tonumber(ARGV[6])) end
+if #ARGV > 9 then full, began = append(KEYS[4], 10, ttl, tonumber(ARGV[6])) end
 -- the log expires with the document (one these events began got its time in `append`)
 if ttl > 0 and not kept and not began then redis.call('EXPIRE', KEYS[4], ttl) end
 return {1, marks[2], full and 1 or 0}
@@ -92,6 +96,12 @@ log = structlog.get_logger(__name__)
 # How long a queued mark may outlive its job. A mark names its job, and the sweeper checks that
 # job is really in the queue, so a stale mark costs nothing; this only bounds the key's life.
 QUEUED_MARK_SECONDS = 24 * 3600
+
+
+# How long a run saved as ended waits, at most, to be said to have ended (its mark's life): a
+# worker that stopped between the save and saying it leaves the run due, and the sweeper has
+# it said within seconds; a day covers a Redis or a fleet down for hours.
+UNTOLD_SECONDS = 24 * 3600
 
 
 class RunNotFound(LookupError):
@@ -188,6 +198,7 @@ class RunStore:
                 self.keys.status(run.status),
                 self.keys.events(run.id),
                 self.keys.cancel(run.id),
+                self.keys.untold(run.id),
                 *others,
             ],
             args=[
@@ -199,6 +210,7 @@ class RunStore:
                 MAX_EVENTS_PER_RUN,
                 lease_ms,
                 run.status.value,
+                UNTOLD_SECONDS if run.status.terminal else 0,
                 *events,
             ],
         )
@@ -208,6 +220,10 @@ class RunStore:
             said_full(run.id)
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
+
+    def untold(self, run_id: str) -> bool:
+        """Whether the run, saved as ended, may not have been said to have ended yet."""
+        return bool(self.redis.exists(self.keys.untold(run_id)))
 
     # scheduling
     def wake(self, run_id: str) -> None:

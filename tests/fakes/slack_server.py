@@ -228,6 +228,11 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             self._delays.setdefault(method, []).extend([seconds] * times)
 
+    def fast(self) -> None:
+        """Calls are answered at once again: the delays `slow` set and not yet used go."""
+        with self._cond:
+            self._delays.clear()
+
     def reset(self) -> None:
         """Forget calls, messages, views, assistant-thread state and every knob (the
         usergroups stay)."""
