@@ -460,6 +460,42 @@ def test_a_save_that_redis_refuses_for_now_does_not_fail_the_run_it_goes_on_from
     assert done.status == RunStatus.COMPLETED and done.answer == "fine"
 
 
+def test_a_step_that_redis_keeps_interrupting_ends_once_the_sweeper_took_it_up_too_often(
+    redis_conn, model_server
+):
+    """A step Redis interrupts every time (here: every save of a step, refused LOADING) is a
+    crash to its run every time, and the sweeper queues it again, each time with its model
+    call made again. Without a bound it went on for good; it ends, failed and said, once it
+    was taken up more than MAX_RECOVERIES times."""
+    from worker import store
+    from worker.loop import MAX_RECOVERIES
+    from worker.run import EndReason
+    from worker.sweeper import sweep
+
+    told = Told()
+    calc = Turn(tool_calls=[("calculate", {"expression": "6 * 7"})])
+    model_server.route("again and again", [calc] * (MAX_RECOVERIES + 5))
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE, surfaces={"told": told})
+    run = service.submit(rt, "again and again", ALICE, origin={"surface": "told"})
+    # the save that makes the run `running` goes through; a step's (the run stored running)
+    # is refused: the step is never kept
+    rt.store._save = redis_conn.register_script(
+        "if ARGV[8] == 'running' and string.match(redis.call('GETRANGE', KEYS[1], 0, 255), "
+        f'\'"status"%s*:%s*"running"\') then {LOADING} end\n' + store._SAVE
+    )
+    work(rt)
+    for _ in range(MAX_RECOVERIES + 1):
+        assert rt.store.load(run.id).status == RunStatus.RUNNING and told.runs == []
+        wait_until(lambda: sweep(rt) == 1, what="the sweeper to queue the run again")
+        work(rt)
+    done = rt.store.load(run.id)
+    assert done.status == RunStatus.FAILED and done.reason == EndReason.INTERNAL_ERROR
+    assert f"taken up again {MAX_RECOVERIES + 1} times" in (done.detail or "")
+    assert told.runs == [run.id]
+    asked = [r for r in model_server.chat_requests if "again and again" in str(r)]
+    assert len(asked) == MAX_RECOVERIES + 1  # before: one more at every sweep, for good
+
+
 def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_all_the_same(
     redis_conn, model_server
 ):

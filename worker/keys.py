@@ -33,6 +33,11 @@ class Keys(ApprovalKeys):
         release drops it): a worker that finds the run ended with it still there says it."""
         return f"{self.ns}run:{run_id}:untold"
 
+    def recovered(self, run_id: str) -> str:
+        """Counter: how many times the sweeper queued the run again (its worker stopped, or
+        Redis failed, under it)."""
+        return f"{self.ns}run:{run_id}:recovered"
+
     def events(self, run_id: str) -> str:
         """List: the run's append-only event log."""
         return f"{self.ns}run:{run_id}:events"

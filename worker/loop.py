@@ -57,6 +57,17 @@ class Finish:
 Step = Continue | Suspend | Finish
 
 
+# How many times the sweeper may queue a run again (its worker died, or Redis failed, under it)
+# before a worker that finds it so ends it: a run that kills its worker every time (out of
+# memory on what it reads), or whose step Redis keeps interrupting, is not taken up for good.
+MAX_RECOVERIES = 10
+RECOVERED_TOO_OFTEN = (
+    "stopped: this question's work was taken up again {times} times after the worker doing "
+    "it stopped (or lost Redis) under it; it is not tried again. An admin can find why in "
+    "the workers' logs (run_recovered_too_often)."
+)
+
+
 class Clock:
     """Working time of a run across jobs; waiting for approvals is not counted."""
 
@@ -76,8 +87,16 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
     if run.status != RunStatus.RUNNING:
         run.status = RunStatus.RUNNING
         cancelled_by = rt.save(run, lease_token)
-    else:
-        cancelled_by = rt.store.cancel_requested_by(run.id)
+    else:  # another worker stopped under it (or handed it back): it goes on from its last save
+        cancelled_by, recovered = rt.store.resumed_marks(run.id)
+        if recovered > MAX_RECOVERIES and cancelled_by is None and not run.turn:
+            # the same step taken up again and again: ended, so it is not repeated for good
+            # (its model calls each time, unrecorded). Not with tool calls underway: their
+            # outcome (a write's, reconciled through the ledger) is reported first.
+            log.warning("run_recovered_too_often", run_id=run.id, recovered=recovered)
+            detail = RECOVERED_TOO_OFTEN.format(times=recovered)
+            end(rt, run, Finish(RunStatus.FAILED, EndReason.INTERNAL_ERROR, detail), lease_token)
+            return True
     while True:
         if rt.stopping.is_set():
             rt.events.append(run.id, EventKind.HANDED_BACK, pid=os.getpid(), step=run.usage.steps)

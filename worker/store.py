@@ -253,6 +253,21 @@ class RunStore:
         who = self.redis.get(self.keys.cancel(run_id))
         return who.decode() if who is not None else None
 
+    # recovery
+    def count_recovery(self, run_id: str) -> int:
+        """The sweeper queues the run again: how many times it has, this one included."""
+        key = self.keys.recovered(run_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.expire(key, self.retention)
+        return int(pipe.execute()[0])
+
+    def resumed_marks(self, run_id: str) -> tuple[str | None, int]:
+        """What a worker reads of a run it finds running (it goes on where another stopped):
+        who asked to cancel it, and how many times the sweeper queued it again; one MGET."""
+        who, recovered = self.redis.mget(self.keys.cancel(run_id), self.keys.recovered(run_id))
+        return (who.decode() if who is not None else None), int(recovered or 0)
+
     # inspection
     def recent(
         self,

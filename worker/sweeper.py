@@ -51,7 +51,9 @@ def sweep(rt: Runtime) -> int:
         marker = f"{rt.settings.namespace}sweep:{run_id}"
         if not rt.redis.set(marker, 1, nx=True, px=max(int(grace * 1000), 100)):
             continue
-        log.info("sweeper_requeue", run_id=run_id)
+        # counted, so a run that stops its worker every time (a crash it causes, a step Redis
+        # keeps interrupting) ends once it has been taken up too often (worker/loop.py)
+        log.info("sweeper_requeue", run_id=run_id, recovered=rt.store.count_recovery(run_id))
         rt.enqueue_advance(run_id)
         requeued += 1
     for approval_id in rt.approvals.overdue():
