@@ -496,6 +496,44 @@ def test_a_step_that_redis_keeps_interrupting_ends_once_the_sweeper_took_it_up_t
     assert len(asked) == MAX_RECOVERIES + 1  # before: one more at every sweep, for good
 
 
+def test_a_run_interrupted_once_at_every_step_goes_on_for_more_than_the_bound_of_recoveries(
+    redis_conn, model_server
+):
+    """The bound is of recoveries with no step saved in between: a run that Redis
+    interrupts once at each of its steps (a flaky Redis, a failover a step) makes progress
+    at every recovery and ends as it would have (found by review: the count was of the
+    run's whole life, and such a run was failed after its tenth step)."""
+    from worker import store
+    from worker.loop import MAX_RECOVERIES
+    from worker.run import Budgets
+    from worker.sweeper import sweep
+
+    steps = MAX_RECOVERIES + 2
+    calls = [Turn(tool_calls=[("calculate", {"expression": f"{n} * 7"})]) for n in range(steps)]
+    model_server.route("once a step", [*calls, "done at last"])
+    rt = make_runtime(
+        redis_conn, model_server.url, lease_seconds=LEASE, budgets=Budgets(max_steps=20)
+    )
+    run = service.submit(rt, "once a step", ALICE)
+    mark = f"sb:test:once-a-step:{run.id}"
+    # a step's save (the run stored running) is refused the first time, done the second
+    rt.store._save = redis_conn.register_script(
+        "if ARGV[8] == 'running' and string.match(redis.call('GETRANGE', KEYS[1], 0, 255), "
+        f"'\"status\"%s*:%s*\"running\"') and redis.call('INCR', '{mark}') % 2 == 1 "
+        f"then {LOADING} end\n" + store._SAVE
+    )
+    work(rt)
+    recoveries = 0
+    while not rt.store.load(run.id).status.terminal and recoveries <= steps:
+        wait_until(lambda: sweep(rt) == 1, what="the sweeper to queue the run again")
+        recoveries += 1
+        work(rt)
+    done = rt.store.load(run.id)
+    assert recoveries == steps > MAX_RECOVERIES
+    assert done.status == RunStatus.COMPLETED and done.answer == "done at last", done.detail
+    assert done.usage.steps == steps + 1
+
+
 def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_all_the_same(
     redis_conn, model_server
 ):

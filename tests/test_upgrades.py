@@ -83,12 +83,16 @@ def test_an_older_worker_leaves_a_newer_run_untouched_and_due(redis_conn, model_
     rt = make_runtime(redis_conn, model_server.url)
     run_id = store_future_run(rt)
     before = redis_conn.get(rt.store.keys.run(run_id))
+    assert rt.store.count_recovery(run_id) == 1  # the sweeper queued it for this worker
 
     assert advance_run(rt, run_id) == UNKNOWN_SCHEMA
 
     assert redis_conn.get(rt.store.keys.run(run_id)) == before
     assert redis_conn.zscore(rt.store.keys.due, run_id) is not None  # another worker may take it
     assert model_server.chat_requests == []
+    # passed over, not stopped under: the sweeper's re-queues until a newer worker takes it
+    # do not count towards ending it (worker/loop.py: MAX_RECOVERIES)
+    assert not redis_conn.exists(rt.store.keys.recovered(run_id))
 
 
 def _from_0(data: dict[str, Any]) -> dict[str, Any]:

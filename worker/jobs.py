@@ -93,13 +93,20 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         return "missing"
     except RunSchemaError as exc:  # a newer release wrote it (mixed fleet): leave it to one
         log.warning("advance_unknown_schema", run_id=run_id, error=str(exc))
+        # passed over, not stopped under: the sweeper's re-queues until a newer worker takes
+        # it do not count against the run (worker/loop.py: MAX_RECOVERIES)
+        rt.store.forget_recoveries(run_id)
         return UNKNOWN_SCHEMA
     if run.status.terminal:
         # Saved as ended and never said: the worker that ended it stopped before it could
         # (killed, or Redis lost the save's answer after it was done); said now, at least once
-        if rt.store.untold(run_id):
-            log.warning("run_said_late", run_id=run_id, status=run.status.value)
-            say_ended(rt, run)
+        try:
+            if rt.store.untold(run_id):
+                log.warning("run_said_late", run_id=run_id, status=run.status.value)
+                say_ended(rt, run)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:  # left due, as below
+            log.warning("advance_interrupted", run_id=run_id, error=brief(exc))
+            return INTERRUPTED
         return run.status.value
     try:
         with tracing.advance(run):

@@ -58,8 +58,9 @@ Step = Continue | Suspend | Finish
 
 
 # How many times the sweeper may queue a run again (its worker died, or Redis failed, under it)
-# before a worker that finds it so ends it: a run that kills its worker every time (out of
-# memory on what it reads), or whose step Redis keeps interrupting, is not taken up for good.
+# with no step saved in between before a worker that finds it so ends it: a run that kills its
+# worker every time (out of memory on what it reads), or whose step Redis keeps interrupting,
+# is not taken up for good.
 MAX_RECOVERIES = 10
 RECOVERED_TOO_OFTEN = (
     "stopped: this question's work was taken up again {times} times after the worker doing "
@@ -84,13 +85,15 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
     (False: the run is saved as of its last step, for the caller to hand back to the queue).
     The caller holds the run's lease."""
     clock = Clock(run.usage.active_seconds)
+    recovered = 0  # the times the sweeper queued it again since its last step was saved
     if run.status != RunStatus.RUNNING:
         run.status = RunStatus.RUNNING
         cancelled_by = rt.save(run, lease_token)
     else:  # another worker stopped under it (or handed it back): it goes on from its last save
         cancelled_by, recovered = rt.store.resumed_marks(run.id)
         if recovered > MAX_RECOVERIES and cancelled_by is None and not run.turn:
-            # the same step taken up again and again: ended, so it is not repeated for good
+            # the same step taken up again and again (the count is dropped once a step is
+            # saved past it): ended, so it is not repeated for good
             # (its model calls each time, unrecorded). Not with tool calls underway: their
             # outcome (a write's, reconciled through the ledger) is reported first.
             log.warning("run_recovered_too_often", run_id=run.id, recovered=recovered)
@@ -111,10 +114,13 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
                 rt.events.append(run.id, EventKind.SUSPENDED, approvals=run.pending_approvals)
                 rt.save(run, lease_token)
                 admit_next(rt, run)
-                return True
             case Finish():
                 end(rt, run, step, lease_token)
-                return True
+        if recovered:  # saved past where it stopped: the count was of a step now done
+            rt.store.forget_recoveries(run.id)
+            recovered = 0
+        if not isinstance(step, Continue):
+            return True
 
 
 def next_step(rt: Runtime, run: Run, clock: Clock, cancelled_by: str | None) -> Step:

@@ -104,6 +104,10 @@ QUEUED_MARK_SECONDS = 24 * 3600
 UNTOLD_SECONDS = 24 * 3600
 
 
+# How long the count of a run's recoveries lives after the last one (`count_recovery`).
+RECOVERIES_KEPT_SECONDS = 24 * 3600
+
+
 class RunNotFound(LookupError):
     pass
 
@@ -255,12 +259,21 @@ class RunStore:
 
     # recovery
     def count_recovery(self, run_id: str) -> int:
-        """The sweeper queues the run again: how many times it has, this one included."""
+        """The sweeper queues the run again: how many times it has since the run's last step
+        was saved (`forget_recoveries`), this one included."""
         key = self.keys.recovered(run_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.incr(key)
-        pipe.expire(key, self.retention)
+        pipe.expire(key, RECOVERIES_KEPT_SECONDS)
         return int(pipe.execute()[0])
+
+    def forget_recoveries(self, run_id: str) -> None:
+        """A run taken up again saved a step past where it stopped: its count starts over. A
+        Redis that refuses this for now is logged, not raised: the count lapses in a day."""
+        try:
+            self.redis.delete(self.keys.recovered(run_id))
+        except redis.RedisError as exc:
+            log.warning("run_recoveries_kept", run_id=run_id, error=str(exc))
 
     def resumed_marks(self, run_id: str) -> tuple[str | None, int]:
         """What a worker reads of a run it finds running (it goes on where another stopped):
