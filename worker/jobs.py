@@ -99,9 +99,9 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         return UNKNOWN_SCHEMA
     if run.status.terminal:
         # Saved as ended and never said: the worker that ended it stopped before it could
-        # (killed, or Redis lost the save's answer after it was done); said now, at least once
+        # (killed, or Redis lost the save's answer after it was done); said now, once more
         try:
-            if rt.store.untold(run_id):
+            if rt.store.claim_untold(run_id):
                 log.warning("run_said_late", run_id=run_id, status=run.status.value)
                 say_ended(rt, run)
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # left due, as below

@@ -225,9 +225,11 @@ class RunStore:
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
 
-    def untold(self, run_id: str) -> bool:
-        """Whether the run, saved as ended, may not have been said to have ended yet."""
-        return bool(self.redis.exists(self.keys.untold(run_id)))
+    def claim_untold(self, run_id: str) -> bool:
+        """Whether the run, saved as ended, may not have been said to have ended yet; the
+        mark is taken as this is answered, so one worker says it late, not each that finds it
+        (Slack and Redis failing together had three say it, each release refused)."""
+        return bool(self.redis.delete(self.keys.untold(run_id)))
 
     # scheduling
     def wake(self, run_id: str) -> None:
