@@ -15,7 +15,7 @@ from bot.outbound.slack_surface import SlackSurface
 from bot.render.blocks import APPROVE, CANCEL
 from tests.fakes.openai_server import FakeOpenAI, Turn
 from tests.fakes.slack_server import FakeSlack, next_ts
-from tests.support.runtime import make_runtime, requester, work
+from tests.support.runtime import make_runtime, requester, wait_until, work
 from tests.support.slack_bot import ALICE, CHANNEL, POLICY, TOKEN, buttons, texts
 from tools.registry import Tool
 from worker import jobs, service, sweeper
@@ -294,3 +294,48 @@ def test_a_slack_outage_answering_5xx_is_retried_rather_than_losing_the_card(sla
     assert len(slack.calls("chat.update")) == 3
     updated = slack.message(CHANNEL, posted["ts"])
     assert updated is not None and updated["text"] == "Approved by <@U1>"
+
+
+@pytest.mark.parametrize(("error", "later"), [("ratelimited", True), ("channel_not_found", False)])
+def test_an_answer_slack_cannot_take_for_now_is_posted_later_and_one_it_refuses_is_not(
+    redis_conn: redis.Redis,
+    model_server: FakeOpenAI,
+    slack: FakeSlack,
+    tickets_db: Path,
+    error: str,
+    later: bool,
+) -> None:
+    """Slack limiting the bot's rate past the client's retries, or down, as the answer is
+    posted: the answer was lost for good (the chaos soak: `ratelimited` three times in a
+    row). The run, saved as ended, stays due and marked as not yet said; the worker the
+    sweeper gives it to posts it, or marks it again for the next. A refusal for good (the
+    channel is gone) is not tried again."""
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=0.6, stream_answers=False)
+    registered_surface(rt, slack)
+    model_server.route("said later", [Turn("Posted when Slack took it.")])
+    thread_ts = next_ts()
+    status_ts = slack.add_message(CHANNEL, "Working", thread_ts=thread_ts)
+    origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts}
+    run = service.submit(
+        rt, "said later", requester(rt, ALICE), origin={**origin, "status_ts": status_ts}
+    )
+    # the answer's posts (progress updates the status): the first, and when it is posted
+    # later, the first late try too
+    slack.fail("chat.postMessage", error, times=2 if later else 1)
+
+    def answers() -> list[dict]:
+        return [m for m in slack.thread(CHANNEL, thread_ts) if "Posted when" in str(m)]
+
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED and answers() == []
+    assert bool(redis_conn.exists(rt.store.keys.untold(run.id))) is later
+    if not later:  # said as well as it can be: not due, nothing to try again
+        assert not rt.store.overdue(older_than=0)
+        return
+    wait_until(lambda: sweeper.sweep(rt) == 1, what="the sweeper to queue the run again")
+    work(rt)
+    assert answers() == [] and redis_conn.exists(rt.store.keys.untold(run.id))  # still to say
+    wait_until(lambda: sweeper.sweep(rt) == 1, what="the sweeper to queue the run again")
+    work(rt)
+    assert len(answers()) == 1  # before: never posted
+    assert not redis_conn.exists(rt.store.keys.untold(run.id))

@@ -18,6 +18,7 @@ from worker.lease import Lease
 from worker.loop import Finish, drive, end, say_ended
 from worker.run import EndReason, RunSchemaError, RunStatus
 from worker.store import LeaseLost, RunNotFound
+from worker.surface import TellLater
 
 log = structlog.get_logger(__name__)
 
@@ -27,6 +28,8 @@ HANDED_BACK = "handed_back"
 UNKNOWN_SCHEMA = "unknown_schema"
 # Redis went away under the step: the run is as last saved, for the sweeper, as after a crash.
 INTERRUPTED = "interrupted"
+# A run ended that its surface could not say for now (Slack down): said again, later.
+UNSAID = "unsaid"
 # The outcomes of a job that leaves its run ended, and said to be (by it, or before it).
 ENDED = frozenset(status.value for status in RunStatus if status.terminal)
 
@@ -67,10 +70,10 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 # not the wake that makes it due again went through: released as done, such
                 # a run was left `running` with no lease and nothing to find it, for good
                 # (found by the soak: a failover answered the hand-back's wake NOSCRIPT).
-                settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA, INTERRUPTED)
+                settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA, INTERRUPTED, UNSAID)
                 again = lease.release(due_seen if settled else "", told=outcome in ENDED)
                 structlog.contextvars.unbind_contextvars("run_id")
-        if outcome == INTERRUPTED:  # not again at once: the sweeper, once Redis answers
+        if outcome in (INTERRUPTED, UNSAID):  # not again at once: the sweeper, in a while
             return outcome
         if outcome == HANDED_BACK:
             rt.enqueue_advance(run_id)
@@ -107,6 +110,9 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # left due, as below
             log.warning("advance_interrupted", run_id=run_id, error=brief(exc))
             return INTERRUPTED
+        except TellLater as exc:
+            rt.store.mark_untold(run_id)  # taken above: still to say
+            return _unsaid(run_id, exc)
         return run.status.value
     try:
         with tracing.advance(run):
@@ -115,6 +121,8 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
     except LeaseLost:
         log.warning("advance_lease_lost", run_id=run_id)
         return "lost"
+    except TellLater as exc:  # saved as ended, marked as not yet said: said again, later
+        return _unsaid(run_id, exc)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         # Redis restarting, loading its data or failing over under the step: as after a
         # crash, the run goes on from its last save (a write started is reconciled through
@@ -129,6 +137,14 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         except LeaseLost:
             return "lost"
     return run.status.value
+
+
+def _unsaid(run_id: str, exc: TellLater) -> str:
+    """The run ended and its surface could not say so for now: it stays due, and the worker
+    the sweeper gives it to in a lease's time says it (each try also has the Slack client's
+    own retries), for as long as it is marked (a day)."""
+    log.warning("run_said_later", run_id=run_id, error=str(exc)[:300])
+    return UNSAID
 
 
 def expire(rt: runtime.Runtime, approval_id: str) -> str:

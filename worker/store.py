@@ -231,6 +231,10 @@ class RunStore:
         (Slack and Redis failing together had three say it, each release refused)."""
         return bool(self.redis.delete(self.keys.untold(run_id)))
 
+    def mark_untold(self, run_id: str) -> None:
+        """The run, ended, is still to be said to have ended (a late teller could not)."""
+        self.redis.set(self.keys.untold(run_id), "1", ex=UNTOLD_SECONDS)
+
     # scheduling
     def wake(self, run_id: str) -> None:
         """Mark the run as needing a worker (the sweeper enqueues it if nobody does)."""

@@ -15,6 +15,12 @@ from worker.streaming import TextSink
 log = structlog.get_logger(__name__)
 
 
+class TellLater(Exception):
+    """Raised by a surface's `finished` when it cannot tell the person the run ended for now
+    (Slack limiting the bot's rate, down, out of reach), not for good: the run stays due and
+    marked as not yet said, and a worker tells them again later (worker/jobs.py)."""
+
+
 class Surface(Protocol):
     """Called by the worker holding the run's lease. A surface may record where it showed
     things in `run.origin` (saved with the run). Exceptions are logged and never end a run."""
@@ -41,7 +47,9 @@ class Surface(Protocol):
         """Where the model's answer text goes while it writes it; None: shown at the end."""
         ...
 
-    def finished(self, run: Run) -> None: ...
+    def finished(self, run: Run) -> None:
+        """The run ended: tell the person. `TellLater` when it cannot for now."""
+        ...
 
     def connect_needed(
         self, run: Run, provider: str, label: str, more_access: tuple[str, ...] = ()
@@ -148,7 +156,13 @@ class Guarded:
         return GuardedSink(sink, run.id) if sink is not None else None
 
     def finished(self, run: Run) -> None:
-        self._guard("finished", run, lambda: self.inner.finished(run))
+        """As the others, but for `TellLater`: the person is told again later."""
+        try:
+            self.inner.finished(run)
+        except TellLater:
+            raise
+        except Exception:  # as in `_guard`
+            log.exception("surface_failed", method="finished", run_id=run.id)
 
     def _guard(self, method: str, run: Run, call: Callable[[], None]) -> None:
         try:

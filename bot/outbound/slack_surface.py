@@ -49,6 +49,7 @@ from worker.keys import Keys
 from worker.run import EndReason, Run, RunStatus
 from worker.runtime import Runtime
 from worker.service import approvals, connections, grants, runs
+from worker.surface import TellLater
 
 log = structlog.get_logger(__name__)
 
@@ -458,17 +459,24 @@ class SlackSurface:
         with sending or contextlib.nullcontext():
             self._final_status(run, channel, thread_ts, cancelled_by)
         messages = flag_ungrounded(answer_messages(run, cancelled_by), run)
-        if self.answers.finish(run, streamed, messages):
-            return
-        for message in messages:
-            self.client.chat_postMessage(
-                channel=channel,
-                thread_ts=thread_ts,
-                text=message.text,
-                blocks=message.blocks,
-                unfurl_links=False,
-                unfurl_media=False,
-            )
+        try:
+            if self.answers.finish(run, streamed, messages):
+                return
+            for message in messages:
+                self.client.chat_postMessage(
+                    channel=channel,
+                    thread_ts=thread_ts,
+                    text=message.text,
+                    blocks=message.blocks,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                )
+        except SLACK_ERRORS as error:
+            # Slack limiting us past the client's retries, down, or out of reach: the answer
+            # is posted again later (the messages posted before this one, again too), not lost
+            if passing(error):
+                raise TellLater(f"the answer could not be posted for now: {error}") from error
+            raise
 
     def connect_needed(
         self, run: Run, provider: str, label: str, more_access: tuple[str, ...] = ()
