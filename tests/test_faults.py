@@ -557,6 +557,34 @@ def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_
     assert not redis_conn.exists(rt.store.keys.untold(run.id))  # said: nothing left to say
 
 
+def test_a_run_whose_surface_lost_redis_while_saying_it_ended_is_said_again(
+    redis_conn, model_server
+):
+    """A surface reads Redis as it says a run ended (whether the thread is gone, who
+    cancelled, a streamed message left over). Redis failing there for now was swallowed
+    with the surface's other errors and the run taken as said: never said (found by review).
+    It stays due and marked; the next worker says it."""
+    from worker.sweeper import sweep
+
+    class RedisBlip(Told):
+        def finished(self, run: Any) -> None:
+            if not self.runs:
+                self.runs.append("")  # tried once
+                raise redis.ConnectionError("Connection closed by server.")
+            super().finished(run)
+
+    told = RedisBlip()
+    model_server.route("blip at the end", ["answered"])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE, surfaces={"told": told})
+    run = service.submit(rt, "blip at the end", ALICE, origin={"surface": "told"})
+    work(rt)
+    assert rt.store.load(run.id).status == RunStatus.COMPLETED and told.runs == [""]
+    assert redis_conn.exists(rt.store.keys.untold(run.id))
+    wait_until(lambda: sweep(rt) == 1, what="the sweeper to queue the run again")
+    work(rt)
+    assert told.runs == ["", run.id]
+
+
 def test_a_run_whose_last_save_lost_its_answer_is_said_to_have_ended_once(redis_conn, model_server):
     """Redis saves the run as ended, and the save's answer is lost (the connection dropped,
     a restart: LOADING). The worker takes it for an interruption and stops there, so the run

@@ -6,6 +6,8 @@ twice. Crashed runs are recovered from their persisted state by the sweeper inst
 
 from __future__ import annotations
 
+import time
+
 import redis
 import structlog
 from rq import get_current_job
@@ -16,8 +18,8 @@ from worker.audit import log_decision
 from worker.events import EventKind
 from worker.lease import Lease
 from worker.loop import Finish, drive, end, say_ended
-from worker.run import EndReason, RunSchemaError, RunStatus
-from worker.store import LeaseLost, RunNotFound
+from worker.run import EndReason, Run, RunSchemaError, RunStatus
+from worker.store import UNTOLD_SECONDS, LeaseLost, RunNotFound
 from worker.surface import TellLater
 
 log = structlog.get_logger(__name__)
@@ -73,7 +75,10 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 settled = outcome not in ("", HANDED_BACK, UNKNOWN_SCHEMA, INTERRUPTED, UNSAID)
                 again = lease.release(due_seen if settled else "", told=outcome in ENDED)
                 structlog.contextvars.unbind_contextvars("run_id")
-        if outcome in (INTERRUPTED, UNSAID):  # not again at once: the sweeper, in a while
+        if outcome == UNSAID:  # due in a while, behind runs whose worker died: the sweeper
+            rt.store.due_in(run_id, 2 * rt.settings.lease_seconds)  # takes 200 a pass, oldest
+            return outcome  # first (a rate limit's wait, an outage's blip: 30 s by default)
+        if outcome == INTERRUPTED:  # not again at once: the sweeper, once Redis answers
             return outcome
         if outcome == HANDED_BACK:
             rt.enqueue_advance(run_id)
@@ -101,19 +106,7 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         rt.store.forget_recoveries(run_id)
         return UNKNOWN_SCHEMA
     if run.status.terminal:
-        # Saved as ended and never said: the worker that ended it stopped before it could
-        # (killed, or Redis lost the save's answer after it was done); said now, once more
-        try:
-            if rt.store.claim_untold(run_id):
-                log.warning("run_said_late", run_id=run_id, status=run.status.value)
-                say_ended(rt, run)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:  # left due, as below
-            log.warning("advance_interrupted", run_id=run_id, error=brief(exc))
-            return INTERRUPTED
-        except TellLater as exc:
-            rt.store.mark_untold(run_id)  # taken above: still to say
-            return _unsaid(run_id, exc)
-        return run.status.value
+        return _say_late(rt, run)
     try:
         with tracing.advance(run):
             if not drive(rt, run, token):
@@ -136,13 +129,45 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
             end(rt, run, Finish(RunStatus.FAILED, EndReason.INTERNAL_ERROR, brief(exc)), token)
         except LeaseLost:
             return "lost"
+        except TellLater as later:
+            return _unsaid(run_id, later)
+    return run.status.value
+
+
+def _say_late(rt: runtime.Runtime, run: Run) -> str:
+    """A run found ended: said now if it was saved as ended and never said (the worker that
+    ended it stopped before it could, Redis lost the save's answer after it was done, or
+    its surface could not say it then). The mark is taken first, so one worker says it
+    however many find the run; put back when this one cannot say it for now either."""
+    try:
+        if not rt.store.claim_untold(run.id):
+            return run.status.value
+    except (redis.ConnectionError, redis.TimeoutError) as exc:  # left due: the sweeper
+        log.warning("advance_interrupted", run_id=run.id, error=brief(exc))
+        return INTERRUPTED
+    if run.ended_at is not None and time.time() - run.ended_at > UNTOLD_SECONDS:
+        log.error("run_never_said", run_id=run.id, why="ended more than a day ago")
+        return run.status.value
+    log.warning("run_said_late", run_id=run.id, status=run.status.value)
+    try:
+        say_ended(rt, run)
+    except (TellLater, redis.ConnectionError, redis.TimeoutError) as exc:
+        try:
+            rt.store.mark_untold(run.id)  # taken above: still to say
+        except redis.RedisError as lost:  # Redis failing as well, just now: given up
+            log.error("run_never_said", run_id=run.id, why=brief(exc), error=brief(lost))
+            return run.status.value
+        if isinstance(exc, TellLater):
+            return _unsaid(run.id, exc)
+        log.warning("advance_interrupted", run_id=run.id, error=brief(exc))
+        return INTERRUPTED
     return run.status.value
 
 
 def _unsaid(run_id: str, exc: TellLater) -> str:
     """The run ended and its surface could not say so for now: it stays due, and the worker
-    the sweeper gives it to in a lease's time says it (each try also has the Slack client's
-    own retries), for as long as it is marked (a day)."""
+    the sweeper gives it to two leases later says it (each try also has the Slack client's
+    own retries), until a day after it ended."""
     log.warning("run_said_later", run_id=run_id, error=str(exc)[:300])
     return UNSAID
 

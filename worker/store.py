@@ -231,6 +231,10 @@ class RunStore:
         (Slack and Redis failing together had three say it, each release refused)."""
         return bool(self.redis.delete(self.keys.untold(run_id)))
 
+    def due_in(self, run_id: str, seconds: float) -> None:
+        """The run is due `seconds` from now (the sweeper queues it a grace period after)."""
+        self.redis.zadd(self.keys.due, {run_id: int((time.time() + seconds) * 1000)})
+
     def mark_untold(self, run_id: str) -> None:
         """The run, ended, is still to be said to have ended (a late teller could not)."""
         self.redis.set(self.keys.untold(run_id), "1", ex=UNTOLD_SECONDS)

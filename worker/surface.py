@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import redis
 import structlog
 
 from approvals import ApprovalRequest
@@ -156,10 +157,11 @@ class Guarded:
         return GuardedSink(sink, run.id) if sink is not None else None
 
     def finished(self, run: Run) -> None:
-        """As the others, but for `TellLater`: the person is told again later."""
+        """As the others, but for `TellLater` and Redis failing for now (what the surface
+        reads of the run there): the person is told again later, not taken as told."""
         try:
             self.inner.finished(run)
-        except TellLater:
+        except (TellLater, redis.ConnectionError, redis.TimeoutError):
             raise
         except Exception:  # as in `_guard`
             log.exception("surface_failed", method="finished", run_id=run.id)

@@ -459,6 +459,7 @@ class SlackSurface:
         with sending or contextlib.nullcontext():
             self._final_status(run, channel, thread_ts, cancelled_by)
         messages = flag_ungrounded(answer_messages(run, cancelled_by), run)
+        posted = 0
         try:
             if self.answers.finish(run, streamed, messages):
                 return
@@ -471,10 +472,12 @@ class SlackSurface:
                     unfurl_links=False,
                     unfurl_media=False,
                 )
+                posted += 1
         except SLACK_ERRORS as error:
             # Slack limiting us past the client's retries, down, or out of reach: the answer
-            # is posted again later (the messages posted before this one, again too), not lost
-            if passing(error):
+            # is posted later, not lost. Only while none of its messages is posted: posted
+            # again whole, those Slack took would show twice, at every try (found by review)
+            if passing(error) and not posted:
                 raise TellLater(f"the answer could not be posted for now: {error}") from error
             raise
 
@@ -520,7 +523,8 @@ def passing(error: Exception) -> bool:
     """Would the same call succeed later? Slack being down, slow or limiting us: yes; Slack
     refusing it (the message was deleted, the channel archived, a token revoked): no."""
     if not isinstance(error, SlackApiError):
-        return True  # the network, a timeout
+        # the network, a timeout; not the SDK refusing the call (a request it cannot make)
+        return isinstance(error, OSError)
     status = error.response.status_code
     return status == 429 or status >= 500 or error.response.get("error") in PASSING_ERRORS
 

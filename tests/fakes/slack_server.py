@@ -176,7 +176,7 @@ class FakeSlack(FakeServer[Call]):
         self._assistant: dict[tuple[str, str], dict[str, Any]] = {}
         self._rate_limits: dict[str, list[int]] = {}
         self._server_errors: dict[str, list[int]] = {}
-        self._failures: dict[str, list[SlackError]] = {}
+        self._failures: dict[str, list[SlackError | None]] = {}  # None: that call passes
         self._delays: dict[str, list[float]] = {}
         self._view_ids = itertools.count(1)
         self._first_text: dict[str, float] = {}  # message ts -> when it first showed text
@@ -215,11 +215,14 @@ class FakeSlack(FakeServer[Call]):
         with self._cond:
             self._server_errors[method] = [times, status]
 
-    def fail(self, method: str, error: str, times: int = 1, **extra: Any) -> None:
-        """The next `times` calls of `method` answer `{"ok": false, "error": error}`."""
+    def fail(
+        self, method: str, error: str, times: int = 1, *, after: int = 0, **extra: Any
+    ) -> None:
+        """The next `times` calls of `method` answer `{"ok": false, "error": error}`; with
+        `after`, once that many more have been answered as usual."""
         with self._cond:
             self._failures.setdefault(method, []).extend(
-                SlackError(error, **extra) for _ in range(times)
+                [None] * after + [SlackError(error, **extra) for _ in range(times)]
             )
 
     def slow(self, method: str, seconds: float, times: int = 1) -> None:
@@ -404,8 +407,9 @@ class FakeSlack(FakeServer[Call]):
         if token.startswith("xapp-") != (method in APP_TOKEN_METHODS):
             return 200, {"ok": False, "error": "not_allowed_token_type"}, {}
         failures = self._failures.get(method)
-        if failures:
-            return 200, failures.pop(0).payload(), {}
+        failure = failures.pop(0) if failures else None
+        if failure is not None:
+            return 200, failure.payload(), {}
         implementation = _METHODS.get(method)
         if implementation is None:
             return 200, {"ok": False, "error": "unknown_method"}, {}
