@@ -76,8 +76,11 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 again = lease.release(due_seen if settled else "", told=outcome in ENDED)
                 structlog.contextvars.unbind_contextvars("run_id")
         if outcome == UNSAID:  # due in a while, behind runs whose worker died: the sweeper
-            rt.store.due_in(run_id, 2 * rt.settings.lease_seconds)  # takes 200 a pass, oldest
-            return outcome  # first (a rate limit's wait, an outage's blip: 30 s by default)
+            try:  # takes 200 a pass, oldest first (a rate limit's wait, an outage's blip)
+                rt.store.due_in(run_id, 2 * rt.settings.lease_seconds)
+            except redis.RedisError as exc:  # due as it was: said again a little sooner
+                log.warning("run_due_later_failed", run_id=run_id, error=brief(exc))
+            return outcome
         if outcome == INTERRUPTED:  # not again at once: the sweeper, once Redis answers
             return outcome
         if outcome == HANDED_BACK:
@@ -131,6 +134,9 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
             return "lost"
         except TellLater as later:
             return _unsaid(run_id, later)
+        except (redis.ConnectionError, redis.TimeoutError) as again:  # left due, as above
+            log.warning("advance_interrupted", run_id=run_id, error=brief(again))
+            return INTERRUPTED
     return run.status.value
 
 

@@ -27,6 +27,7 @@ stays "streaming" and the answer is written again, whole, by the rerun.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import threading
@@ -46,7 +47,9 @@ from worker.run import Run
 
 log = structlog.get_logger(__name__)
 
-SLACK_ERRORS = (SlackClientError, OSError)
+# What a Slack call may raise: its API's errors (429 and 5xx after the client's retries too),
+# the network's (OSError), and a reply cut short or garbled (http.client's HTTPException).
+SLACK_ERRORS = (SlackClientError, OSError, http.client.HTTPException)
 STREAM_INTERVAL = 0.8  # s between appends to one streamed message: at most 75 a minute
 UPDATE_INTERVAL = 1.2  # s between chat.update calls when posting instead (Tier 3: 50+/min)
 START_CHARS = 40  # the message starts once this much text is in...
@@ -290,7 +293,11 @@ class StreamedAnswer:
             self.streams.retire(where)  # the caller posts the whole answer instead
             return False
         finally:
-            self.streams.forget(run.id)
+            try:
+                self.streams.forget(run.id)
+            except redis.RedisError:  # shown: the record lapses on its own (RECORD_TTL).
+                # Raised, the run would be said again, the answer shown twice (found by review)
+                log.warning("answer_stream_record_kept", run_id=run.id)
         return True
 
     def _finish(self, run: Run, messages: list[Message]) -> None:

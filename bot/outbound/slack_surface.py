@@ -10,6 +10,7 @@ message it keeps updating."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import threading
 from datetime import timedelta
 from typing import ParamSpec
@@ -17,7 +18,7 @@ from typing import ParamSpec
 import redis
 import structlog
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import (
     RateLimitErrorRetryHandler,
     ServerErrorRetryHandler,
@@ -26,7 +27,7 @@ from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryInterv
 
 from approvals import ApprovalRequest
 from bot.outbound import reminder_dms as reminders
-from bot.outbound.answers import AnswerStreams, StreamedAnswer, flag_ungrounded
+from bot.outbound.answers import SLACK_ERRORS, AnswerStreams, StreamedAnswer, flag_ungrounded
 from bot.outbound.throttle import Throttle
 from bot.render import messages as m
 from bot.render.batch_card import ITEMS_PER_CARD, batch_card
@@ -57,7 +58,6 @@ P = ParamSpec("P")
 
 UPDATE_INTERVAL = 1.2  # seconds between chat.update calls for one run (Tier 3: 50+/min)
 STATUS_REFRESH = 90.0  # Slack clears an assistant status after 2 minutes
-SLACK_ERRORS = (SlackClientError, OSError)  # API errors (incl. 429 after retries), network
 
 
 def with_rate_limit_retries(client: WebClient) -> WebClient:
@@ -523,8 +523,9 @@ def passing(error: Exception) -> bool:
     """Would the same call succeed later? Slack being down, slow or limiting us: yes; Slack
     refusing it (the message was deleted, the channel archived, a token revoked): no."""
     if not isinstance(error, SlackApiError):
-        # the network, a timeout; not the SDK refusing the call (a request it cannot make)
-        return isinstance(error, OSError)
+        # the network, a timeout, a reply cut short; not the SDK refusing the call (a request
+        # it cannot make)
+        return isinstance(error, (OSError, http.client.HTTPException))
     status = error.response.status_code
     return status == 429 or status >= 500 or error.response.get("error") in PASSING_ERRORS
 
