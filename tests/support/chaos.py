@@ -1,5 +1,7 @@
 """The chaos soak: a real stack under a steady load while a seeded schedule of faults runs,
-then invariants checked on what Redis, the tools' own records and the Slack fake recorded.
+then invariants checked on what Redis, the tools' own records and the Slack fake recorded:
+no run lost, no write run twice, every decision on its card, every run that ended told so in
+its thread.
 
 Run by bench/chaos_soak.py (minutes, a report) and by tests/test_chaos.py (60 s, in the
 suite). The stack: Redis primary + replica + Sentinel (Debian's redis-server and
@@ -46,6 +48,7 @@ from bot.render.blocks import (
     REJECT_MODAL,
     REJECT_REASON_BLOCK,
     REJECT_REASON_INPUT,
+    VIEW_RUN,
 )
 from tests.fakes.openai_server import FakeOpenAI, Fault, Script, Turn, conversation_key
 from tests.fakes.slack_events import (
@@ -892,6 +895,7 @@ class Soak:
                 report.violations.append(f"a write ran with key {key!r} that no approval has")
         self._check_cards(rt, approvals)
         self._check_asks(approvals)
+        self._check_said(rt, runs)
         reads = Counter((run, call) for run, call, _, _ in chaos_tools.reads(self.stack.effects))
         report.read_starts_max = max(reads.values(), default=0)
         for (run, call), n in reads.items():
@@ -929,6 +933,24 @@ class Soak:
                     self.report.violations.append(
                         f"the card of {status} {approval_id} does not say so"
                     )
+
+    def _check_said(self, rt: Any, runs: list[Any]) -> None:
+        """Every run that ended was said to have ended in its thread (the message with its
+        View run button), and none is left marked as not yet said."""
+        for run in runs:
+            channel, thread = run.origin.get("channel", ""), run.origin.get("thread_ts", "")
+            if not run.status.terminal or not channel or not thread:
+                continue
+            said = any(
+                VIEW_RUN in text and run.id in text
+                for text in map(json.dumps, self.stack.slack.thread(channel, thread))
+            )
+            if not said:
+                self.report.violations.append(
+                    f"run {run.id} ended {run.status.value} and its thread was never told"
+                )
+            elif rt.redis.exists(rt.store.keys.untold(run.id)):
+                self.report.violations.append(f"run {run.id} is still marked as not yet said")
 
     def _check_asks(self, approvals: dict[str, Any]) -> None:
         """What a person decided is what was recorded (or it expired before the click)."""
