@@ -93,9 +93,9 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
         cancelled_by, recovered = rt.store.resumed_marks(run.id)
         if recovered > MAX_RECOVERIES and cancelled_by is None and not run.turn:
             # the same step taken up again and again (the count is dropped once a step is
-            # saved past it): ended, so it is not repeated for good
-            # (its model calls each time, unrecorded). Not with tool calls underway: their
-            # outcome (a write's, reconciled through the ledger) is reported first.
+            # saved past it): ended, so it is not repeated for good, its model call made
+            # each time, unrecorded. Not with tool calls underway: their outcome (a write's,
+            # reconciled through the ledger) is reported first.
             log.warning("run_recovered_too_often", run_id=run.id, recovered=recovered)
             detail = RECOVERED_TOO_OFTEN.format(times=recovered)
             end(rt, run, Finish(RunStatus.FAILED, EndReason.INTERNAL_ERROR, detail), lease_token)
@@ -534,8 +534,9 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
 
 def say_ended(rt: Runtime, run: Run) -> None:
     """After the run was saved as ended: its place in flight is given back and the person
-    is told. Again by a worker that finds the run ended and not yet said (`RunStore.untold`):
-    the one that ended it stopped in between, or lost the answer of the save."""
+    is told. Again by a worker that finds the run ended and not yet said (worker/jobs.py,
+    `RunStore.claim_untold`): the one that ended it stopped in between, lost the answer of
+    the save, or its surface could not tell the person then (`TellLater`)."""
     try:
         admit_next(rt, run)
     except (redis.ConnectionError, redis.TimeoutError) as exc:

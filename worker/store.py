@@ -98,12 +98,11 @@ log = structlog.get_logger(__name__)
 QUEUED_MARK_SECONDS = 24 * 3600
 
 
-# How long a run saved as ended waits, at most, to be said to have ended (its mark's life): a
-# worker that stopped between the save and saying it leaves the run due, and the sweeper has
-# it said within seconds; a day covers a Redis or a fleet down for hours.
+# How long a run saved as ended waits, at most, to be said to have ended (its mark's life, and
+# how long after the run ended a late teller still tries): a worker that stopped between the
+# save and saying it leaves the run due, and the sweeper has it said within seconds; a day
+# covers a Redis, a Slack or a fleet down for hours.
 UNTOLD_SECONDS = 24 * 3600
-
-
 # How long the count of a run's recoveries lives after the last one (`count_recovery`).
 RECOVERIES_KEPT_SECONDS = 24 * 3600
 
