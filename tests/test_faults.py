@@ -585,6 +585,30 @@ def test_a_run_whose_surface_lost_redis_while_saying_it_ended_is_said_again(
     assert told.runs == ["", run.id]
 
 
+def test_a_run_ended_more_than_a_day_ago_and_never_said_is_given_up_not_said_out_of_the_blue(
+    redis_conn, model_server
+):
+    """A run still marked as not yet said a day after it ended (Slack down all day, or an
+    older worker of a mixed fleet that left the mark) is not said any more: out of the blue
+    a day late, it would read as a new answer. Logged as `run_never_said`."""
+    from structlog.testing import capture_logs
+
+    from worker.jobs import advance_run
+    from worker.store import UNTOLD_SECONDS
+
+    told = Told()
+    rt = make_runtime(redis_conn, model_server.url, surfaces={"told": told})
+    run = service.submit(rt, "long ago", ALICE, origin={"surface": "told"})
+    run.status, run.answer = RunStatus.COMPLETED, "long ago"
+    run.ended_at = time.time() - UNTOLD_SECONDS - 60
+    rt.store.save(run)  # saved as ended (marked as not yet said), a day and a minute ago
+    assert redis_conn.exists(rt.store.keys.untold(run.id))
+    with capture_logs() as logs:
+        assert advance_run(rt, run.id) == "completed"
+    assert told.runs == [] and not redis_conn.exists(rt.store.keys.untold(run.id))
+    assert [e["run_id"] for e in logs if e["event"] == "run_never_said"] == [run.id]
+
+
 def test_a_run_whose_last_save_lost_its_answer_is_said_to_have_ended_once(redis_conn, model_server):
     """Redis saves the run as ended, and the save's answer is lost (the connection dropped,
     a restart: LOADING). The worker takes it for an interruption and stops there, so the run
