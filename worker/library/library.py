@@ -3,6 +3,7 @@ checked against the registered tools and their schemas."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,7 +52,14 @@ class Demonstration:
         return " ".join([self.task, self.question, *self.tags])
 
     def as_messages(self) -> list[dict[str, Any]]:
-        """Native function-calling form, as if the model had done it before."""
+        """Native function-calling form, as if the model had done it before. A new list each
+        time, of messages made once per demonstration and shared by every request that shows
+        it (read, never changed): made again at every step of every run, three of the default
+        library's took 33 µs a step, against 0.4 µs kept (issue 28)."""
+        return list(self._messages)
+
+    @functools.cached_property
+    def _messages(self) -> tuple[dict[str, Any], ...]:
         messages: list[dict[str, Any]] = [{"role": "user", "content": self.question}]
         for n, step in enumerate(self.steps):
             ids = [f"demo_{_slug(self.id)}_{n}_{i}" for i in range(len(step))]
@@ -74,7 +82,7 @@ class Demonstration:
                 for call_id, call in zip(ids, step, strict=True)
             ]
         messages.append({"role": "assistant", "content": self.answer})
-        return messages
+        return tuple(messages)
 
     def as_text(self) -> str:
         lines = [f"Task: {self.task}", f"Question: {self.question}"]
