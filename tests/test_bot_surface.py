@@ -297,6 +297,23 @@ def test_a_slack_outage_answering_5xx_is_retried_rather_than_losing_the_card(sla
     assert updated is not None and updated["text"] == "Approved by <@U1>"
 
 
+def asked_in_a_thread(
+    rt: Runtime, slack: FakeSlack, model_server: FakeOpenAI, question: str, answer: str
+) -> tuple[Run, str]:
+    """`question` asked in a new thread whose status message exists already (progress
+    updates it: the answer is the run's first chat.postMessage), the model to answer
+    `answer`; the Slack surface registered as the runtime's."""
+    registered_surface(rt, slack)
+    model_server.route(question, [Turn(answer)])
+    thread_ts = next_ts()
+    status_ts = slack.add_message(CHANNEL, "Working", thread_ts=thread_ts)
+    origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts}
+    run = service.submit(
+        rt, question, requester(rt, ALICE), origin={**origin, "status_ts": status_ts}
+    )
+    return run, thread_ts
+
+
 @pytest.mark.parametrize(("error", "later"), [("ratelimited", True), ("channel_not_found", False)])
 def test_an_answer_slack_cannot_take_for_now_is_posted_later_and_one_it_refuses_is_not(
     redis_conn: redis.Redis,
@@ -312,13 +329,8 @@ def test_an_answer_slack_cannot_take_for_now_is_posted_later_and_one_it_refuses_
     sweeper gives it to posts it, or marks it again for the next. A refusal for good (the
     channel is gone) is not tried again."""
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=0.6, stream_answers=False)
-    registered_surface(rt, slack)
-    model_server.route("said later", [Turn("Posted when Slack took it.")])
-    thread_ts = next_ts()
-    status_ts = slack.add_message(CHANNEL, "Working", thread_ts=thread_ts)
-    origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts}
-    run = service.submit(
-        rt, "said later", requester(rt, ALICE), origin={**origin, "status_ts": status_ts}
+    run, thread_ts = asked_in_a_thread(
+        rt, slack, model_server, "said later", "Posted when Slack took it."
     )
     # the answer's posts (progress updates the status): the first, and when it is posted
     # later, the first late try too
@@ -351,15 +363,8 @@ def test_a_long_answer_slack_refuses_part_way_is_not_posted_again_whole(
     """An answer of two messages whose second Slack refuses for now: posted again whole, its
     first message showed twice at every try (found by review). It is not tried again."""
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=0.6, stream_answers=False)
-    registered_surface(rt, slack)
     long_answer = " ".join(f"Line {n} of a long answer." for n in range(500))  # > 8,700 chars
-    model_server.route("a long one", [Turn(long_answer)])
-    thread_ts = next_ts()
-    status_ts = slack.add_message(CHANNEL, "Working", thread_ts=thread_ts)
-    origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts}
-    run = service.submit(
-        rt, "a long one", requester(rt, ALICE), origin={**origin, "status_ts": status_ts}
-    )
+    run, thread_ts = asked_in_a_thread(rt, slack, model_server, "a long one", long_answer)
     slack.fail("chat.postMessage", "ratelimited", after=1)  # the answer's second message
     work(rt)
     assert rt.store.load(run.id).status == RunStatus.COMPLETED

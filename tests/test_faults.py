@@ -57,10 +57,22 @@ class Told(SilentSurface):
         self.runs.append(run.id)
 
 
+# A step's save (Lua, of the save script's keys and arguments): the run stored `running` and
+# saved `running`, not the save that makes it so.
+STEP_SAVE = (
+    "ARGV[8] == 'running' and "
+    "string.match(redis.call('GETRANGE', KEYS[1], 0, 255), '\"status\"%s*:%s*\"running\"')"
+)
+
+
+def refused_when(conn: redis.Redis, script: str, condition: str) -> Any:
+    """`script` as Redis runs it, but answered LOADING whenever `condition` (Lua) holds."""
+    return conn.register_script(f"if {condition} then {LOADING} end\n" + script)
+
+
 def refused_once(conn: redis.Redis, script: str, mark: str) -> Any:
     """`script` as Redis runs it, but answered LOADING the first time (counted at `mark`)."""
-    once = f"if redis.call('INCR', '{mark}') == 1 then {LOADING} end\n"
-    return conn.register_script(once + script)
+    return refused_when(conn, script, f"redis.call('INCR', '{mark}') == 1")
 
 
 class Cluster:
@@ -479,10 +491,7 @@ def test_a_step_that_redis_keeps_interrupting_ends_once_the_sweeper_took_it_up_t
     run = service.submit(rt, "again and again", ALICE, origin={"surface": "told"})
     # the save that makes the run `running` goes through; a step's (the run stored running)
     # is refused: the step is never kept
-    rt.store._save = redis_conn.register_script(
-        "if ARGV[8] == 'running' and string.match(redis.call('GETRANGE', KEYS[1], 0, 255), "
-        f'\'"status"%s*:%s*"running"\') then {LOADING} end\n' + store._SAVE
-    )
+    rt.store._save = refused_when(redis_conn, store._SAVE, STEP_SAVE)
     work(rt)
     for _ in range(MAX_RECOVERIES + 1):
         assert rt.store.load(run.id).status == RunStatus.RUNNING and told.runs == []
@@ -517,11 +526,8 @@ def test_a_run_interrupted_once_at_every_step_goes_on_for_more_than_the_bound_of
     run = service.submit(rt, "once a step", ALICE)
     mark = f"sb:test:once-a-step:{run.id}"
     # a step's save (the run stored running) is refused the first time, done the second
-    rt.store._save = redis_conn.register_script(
-        "if ARGV[8] == 'running' and string.match(redis.call('GETRANGE', KEYS[1], 0, 255), "
-        f"'\"status\"%s*:%s*\"running\"') and redis.call('INCR', '{mark}') % 2 == 1 "
-        f"then {LOADING} end\n" + store._SAVE
-    )
+    odd = f"redis.call('INCR', '{mark}') % 2 == 1"
+    rt.store._save = refused_when(redis_conn, store._SAVE, f"{STEP_SAVE} and {odd}")
     work(rt)
     recoveries = 0
     while not rt.store.load(run.id).status.terminal and recoveries <= steps:

@@ -120,12 +120,7 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
     except TellLater as exc:  # saved as ended, marked as not yet said: said again, later
         return _unsaid(run_id, exc)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        # Redis restarting, loading its data or failing over under the step: as after a
-        # crash, the run goes on from its last save (a write started is reconciled through
-        # the ledger). Ended as failed, a blip of Redis failed the person's run when the
-        # failure's own save went through (the chaos soak: LOADING under a save).
-        log.warning("advance_interrupted", run_id=run_id, error=brief(exc))
-        return INTERRUPTED
+        return _interrupted(run_id, exc)
     except Exception as exc:  # the job boundary: a run is never silently lost
         log.exception("advance_failed", run_id=run_id)
         try:
@@ -134,9 +129,8 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
             return "lost"
         except TellLater as later:
             return _unsaid(run_id, later)
-        except (redis.ConnectionError, redis.TimeoutError) as again:  # left due, as above
-            log.warning("advance_interrupted", run_id=run_id, error=brief(again))
-            return INTERRUPTED
+        except (redis.ConnectionError, redis.TimeoutError) as again:
+            return _interrupted(run_id, again)
     return run.status.value
 
 
@@ -148,9 +142,8 @@ def _say_late(rt: runtime.Runtime, run: Run) -> str:
     try:
         if not rt.store.claim_untold(run.id):
             return run.status.value
-    except (redis.ConnectionError, redis.TimeoutError) as exc:  # left due: the sweeper
-        log.warning("advance_interrupted", run_id=run.id, error=brief(exc))
-        return INTERRUPTED
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        return _interrupted(run.id, exc)
     if run.ended_at is not None and time.time() - run.ended_at > UNTOLD_SECONDS:
         log.error("run_never_said", run_id=run.id, why="ended more than a day ago")
         return run.status.value
@@ -165,9 +158,17 @@ def _say_late(rt: runtime.Runtime, run: Run) -> str:
             return run.status.value
         if isinstance(exc, TellLater):
             return _unsaid(run.id, exc)
-        log.warning("advance_interrupted", run_id=run.id, error=brief(exc))
-        return INTERRUPTED
+        return _interrupted(run.id, exc)
     return run.status.value
+
+
+def _interrupted(run_id: str, exc: Exception) -> str:
+    """Redis restarting, loading its data or failing over under the job: as after a crash,
+    the run goes on from its last save (a write started is reconciled through the ledger)
+    and stays due for the sweeper. Ended as failed, a blip of Redis failed the person's run
+    when the failure's own save went through (the chaos soak: LOADING under a save)."""
+    log.warning("advance_interrupted", run_id=run_id, error=brief(exc))
+    return INTERRUPTED
 
 
 def _unsaid(run_id: str, exc: TellLater) -> str:
