@@ -6,8 +6,10 @@ import itertools
 import json
 import math
 import random
+import ssl
 import threading
 import time
+import urllib.request
 from typing import TYPE_CHECKING, Any
 
 import httpx2  # the SDK's transport, not the SDK (worker/connections/oauth.py loads it too)
@@ -105,8 +107,10 @@ class ModelClient:
 
     @client.setter
     def client(self, client: openai.OpenAI) -> None:
-        """Replaces the first pool's client, for this client and its copies."""
+        """Replaces the first pool's client, for this client and its copies; every request
+        goes through the clients from then on (a replaced one is there to see the traffic)."""
         self._clients.made()[0] = client
+        self._clients.replaced()
 
     @property
     def embeddings(self) -> Any:
@@ -278,13 +282,14 @@ class ModelClient:
 
         left = max(0.1, deadline - time.monotonic())
         read = min(self.read_timeout, left) if self.read_timeout else left
-        client = self._pooled()
+        pool = self._pooled()
+        client, direct = self._clients.made()[pool], self._clients.direct(pool)
         guarded = CutOffSink(sink) if sink is not None else None
         acc = TurnAccumulator(guarded) if guarded is not None else None
         try:
             return within(
                 left + DEADLINE_GRACE,
-                lambda: self._request(client, body, acc, read, deadline, started),
+                lambda: self._request(client, direct, body, acc, read, deadline, started),
                 tick=(lambda _: watch.waiting(time.monotonic() - started)) if watch else None,
                 every=self.watch_every,
             )
@@ -309,39 +314,40 @@ class ModelClient:
                 spent=self._spent(body, acc) if cut.wrote else Spent(),
             ) from None
 
-    def _pooled(self) -> openai.OpenAI:
-        """The client whose connection pool this thread uses."""
+    def _pooled(self) -> int:
+        """The pool of connections this thread uses (of `pools`)."""
         pool: int | None = getattr(self._thread, "pool", None)
         if pool is None:
             pool = self._thread.pool = next(self._next_pool) % self.pools
-        return self._clients.made()[pool]
+        return pool
 
     def _request(
         self,
         client: openai.OpenAI,
+        direct: _Direct | None,
         body: dict[str, Any],
         acc: TurnAccumulator | None,
         read: float,
         deadline: float,
         started: float,
     ) -> ModelTurn:
-        """One attempt, posted through the SDK's client (its headers, auth and errors) with
-        no retries of its own, and read as the JSON it is: the typed `create()` would copy the
-        client for the attempt's timeout and build pydantic objects of every reply, about a
-        third of the SDK's CPU per call, only for `read_turn` to read the fields back. The
-        body is read as JSON whatever its content type says (proxies label JSON text/plain)."""
+        """One attempt, posted as the SDK's client posts it (its URL, headers, key and errors)
+        with no retries of its own (`_Direct`, or the client itself), and read as the JSON it
+        is: the typed `create()` would copy the client for the attempt's timeout and build
+        pydantic objects of every reply, about a third of the SDK's CPU per call, only for
+        `read_turn` to read the fields back. The body is read as JSON whatever its content
+        type says (proxies label JSON text/plain)."""
         import openai
 
-        options: RequestOptions = {
-            "timeout": openai.Timeout(read, connect=min(read, 5.0)),
-            "max_retries": 0,
-            "security": {"bearer_auth": True},  # as create(): the API key, never another
-        }
         sent = {"model": self.model, **body}
         if acc is None:
-            response = client.post(CHAT_PATH, cast_to=httpx2.Response, body=sent, options=options)
+            content = direct.post(client, sent, read) if direct is not None else None
+            if content is None:  # no direct way (a proxy, a replaced client), or a redirect
+                content = client.post(
+                    CHAT_PATH, cast_to=httpx2.Response, body=sent, options=_options(read)
+                ).content
             try:
-                reply = json.loads(response.content)
+                reply = json.loads(content)
             except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep or too long
                 reply = None
             if not isinstance(reply, dict):
@@ -357,7 +363,7 @@ class ModelClient:
             CHAT_PATH,
             cast_to=object,
             body=sent,
-            options=options,
+            options=_options(read),
             stream=True,
             stream_cls=openai.Stream[object],
         )
@@ -441,6 +447,7 @@ class _Clients:
         self._settings = (api_key, base_url, timeout, max_retries, pools)
         self._lock = threading.Lock()
         self._made: list[openai.OpenAI] | None = None
+        self._direct: list[_Direct] = []  # one beside each client, made with them
 
     def made(self) -> list[openai.OpenAI]:
         made = self._made
@@ -450,6 +457,16 @@ class _Clients:
                     self._made = self._make()
                 made = self._made
         return made
+
+    def direct(self, pool: int) -> _Direct | None:
+        """The direct way to post pool `pool`'s completions, if there is one."""
+        self.made()
+        return self._direct[pool] if self._direct else None
+
+    def replaced(self) -> None:
+        """A client was replaced (to see or shape its traffic): every request goes through
+        the clients from now on."""
+        self._direct = []
 
     def _make(self) -> list[openai.OpenAI]:
         import openai
@@ -461,11 +478,102 @@ class _Clients:
             timeout=openai.Timeout(timeout, connect=5.0),
             max_retries=max_retries,  # for other requests (embeddings); never for completions
         )
-        if pools == 1:
-            return [client]
-        tls = httpx2.create_ssl_context()
-        more = [openai.DefaultHttpxClient(verify=tls) for _ in range(pools - 1)]
-        return [client, *(client.with_options(http_client=http) for http in more)]
+        secure = client.base_url.scheme == "https"
+        tls = httpx2.create_ssl_context() if pools > 1 or secure else None
+        made = [client]
+        if pools > 1 and tls is not None:
+            more = [openai.DefaultHttpxClient(verify=tls) for _ in range(pools - 1)]
+            made += [client.with_options(http_client=http) for http in more]
+        if _Direct.possible(client):
+            self._direct = [_Direct(made_client, tls if secure else None) for made_client in made]
+        return made
+
+
+class _Direct:
+    """A whole (not streamed) completion posted as the SDK's client would post it: to its
+    URL, with its headers and key, under the attempt's timeouts, its failures raised as the
+    SDK's own errors; but one level down, through httpcore2 (the HTTP library under the
+    SDK's), a pool of connections beside each client's. Building the request through the SDK
+    and httpx2 cost 0.5 ms of CPU a call, three quarters of a model call's CPU and a third of
+    a run's in the worker (bench/README.md, issue 28). Not used when the environment names a
+    proxy for the server (the SDK's client honours it); a redirect goes to the SDK's client
+    (which follows it), as does every streamed reply."""
+
+    def __init__(self, client: openai.OpenAI, tls: ssl.SSLContext | None) -> None:
+        base = client.base_url  # as the SDK's client joins a path to it
+        self.url = base.copy_with(raw_path=base.raw_path + CHAT_PATH.lstrip("/").encode())
+        self.target = str(self.url)
+        host = self.url.netloc.decode("ascii")
+        sent = {"Host": host, **client.default_headers, **client.auth_headers}
+        self.headers = [
+            (name.encode("ascii"), value.encode("ascii"))
+            for name, value in sent.items()
+            if isinstance(value, str)  # not an omitted one (no organization, no project)
+        ]
+        import httpcore2  # httpx2's transport, loaded with the SDK (not in the bot: 4.5 MiB)
+
+        self.pool = httpcore2.ConnectionPool(  # the SDK's limits
+            ssl_context=tls, max_connections=1000, max_keepalive_connections=100
+        )
+
+    @staticmethod
+    def possible(client: openai.OpenAI) -> bool:
+        """Whether completions may be posted this way: no proxy named for the server in the
+        environment, and headers that HTTP carries as they are (ASCII)."""
+        url = client.base_url
+        proxies = urllib.request.getproxies_environment()
+        proxied = proxies.get(url.scheme) or proxies.get("all")
+        if proxied and not urllib.request.proxy_bypass(url.host):
+            return False
+        sent = {**client.default_headers, **client.auth_headers}
+        return all(
+            name.isascii() and value.isascii()
+            for name, value in sent.items()
+            if isinstance(value, str)
+        )
+
+    def post(self, client: openai.OpenAI, body: dict[str, Any], read: float) -> bytes | None:
+        """The reply's body; None for a redirect (for the SDK's client to follow)."""
+        import httpcore2
+        import openai
+
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        sent = content.encode()
+        headers = [
+            *self.headers,
+            (b"Content-Length", str(len(sent)).encode()),
+            (b"X-Stainless-Retry-Count", b"0"),
+            (b"X-Stainless-Read-Timeout", str(read).encode()),
+        ]
+        timeouts = {"connect": min(read, 5.0), "read": read, "write": read, "pool": read}
+        try:
+            answer = self.pool.request(
+                "POST", self.target, headers=headers, content=sent, extensions={"timeout": timeouts}
+            )
+        except httpcore2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=httpx2.Request("POST", self.url)) from exc
+        except Exception as exc:  # as the SDK: whatever the transport raised, unreachable
+            raise openai.APIConnectionError(request=httpx2.Request("POST", self.url)) from exc
+        status, raw = answer.status, answer.content
+        if 200 <= status < 300 and not _header(answer.headers, b"content-encoding"):
+            return raw
+        if 300 <= status < 400:
+            return None
+        response = httpx2.Response(  # decoded as the SDK's client would (gzip, say)
+            status,
+            headers=answer.headers,
+            stream=httpx2.ByteStream(raw),
+            request=httpx2.Request("POST", self.url),
+        )
+        response.read()
+        if status >= 400:
+            raise client._make_status_error_from_response(response)
+        return response.content
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """A header of an httpcore2 response, by its lower-case name."""
+    return next((value for key, value in headers if key.lower() == name), None)
 
 
 class _StreamCut(Exception):
@@ -475,6 +583,17 @@ class _StreamCut(Exception):
         super().__init__(error.detail)
         self.error, self.retryable = error, retryable
         self.wrote = wrote or retryable or error.timed_out  # the model may have written some
+
+
+def _options(read: float) -> RequestOptions:
+    """One attempt's options for the SDK's client: its timeouts, no retries of its own."""
+    import openai
+
+    return {
+        "timeout": openai.Timeout(read, connect=min(read, 5.0)),
+        "max_retries": 0,
+        "security": {"bearer_auth": True},  # as create(): the API key, never another
+    }
 
 
 def backoff(attempt: int) -> float:
