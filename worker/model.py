@@ -415,7 +415,7 @@ class ModelClient:
             error = ModelError(f"the model sent nothing for {seconds(read)} s", timed_out=True)
             return _Failed(error, retryable=True)
         if isinstance(exc, openai.APIConnectionError):
-            cause = " ".join(str(exc.__cause__ or exc).split())[:200]
+            cause = " ".join(self._unkeyed(str(exc.__cause__ or exc)).split())[:200]
             error = ModelError(
                 f"could not reach the model server at {self.server_url} ({cause})",
                 kind="unreachable",
@@ -433,6 +433,14 @@ class ModelClient:
             return _Failed(error, retryable=retry, retry_after=wait)
         return _Failed(ModelError(f"model client error: {type(exc).__name__}"), retryable=False)
 
+    def _unkeyed(self, text: str) -> str:
+        """`text` without the API key: HTTP refuses a key with a line break in it, and says
+        so quoting the header."""
+        for part in self._clients.api_key.split():
+            if len(part) >= 4:
+                text = text.replace(part, "[key]")
+        return text
+
 
 class _Clients:
     """The SDK's clients of one ModelClient and its copies, made at the first request:
@@ -445,6 +453,7 @@ class _Clients:
         self, api_key: str, base_url: str | None, timeout: float, max_retries: int, pools: int
     ) -> None:
         self._settings = (api_key, base_url, timeout, max_retries, pools)
+        self.api_key = api_key
         self._lock = threading.Lock()
         self._made: list[openai.OpenAI] | None = None
         self._direct: list[_Direct] = []  # one beside each client, made with them
@@ -492,40 +501,58 @@ class _Clients:
 class _Direct:
     """A whole (not streamed) completion posted as the SDK's client would post it: to its
     URL, with its headers and key, under the attempt's timeouts, its failures raised as the
-    SDK's own errors; but one level down, through httpcore2 (the HTTP library under the
-    SDK's), a pool of connections beside each client's. Building the request through the SDK
-    and httpx2 cost 0.5 ms of CPU a call, three quarters of a model call's CPU and a third of
-    a run's in the worker (bench/README.md, issue 28). Not used when the environment names a
-    proxy for the server (the SDK's client honours it); a redirect goes to the SDK's client
-    (which follows it), as does every streamed reply."""
+    SDK's own errors, the cookies its server sets sent back (a load balancer's affinity);
+    but one level down, through httpcore2 (the HTTP library under the SDK's), a pool of
+    connections beside each client's. Building the request through the SDK and httpx2 cost
+    0.3 ms of CPU a call, half a model call's CPU in the worker (bench/README.md, issue 28).
+
+    The SDK's client itself posts when this way would not be the same: a proxy named in the
+    environment (the SDK's client honours it), credentials in the base URL (sent as Basic
+    auth), a redirect (which it follows; from then on, every call), and every streamed
+    reply. Not answered in compressed form (`Accept-Encoding: identity`, where the SDK offers
+    gzip); a server that compresses anyway is decoded as the SDK would."""
 
     def __init__(self, client: openai.OpenAI, tls: ssl.SSLContext | None) -> None:
+        import httpcore2  # httpx2's transport, loaded with the SDK (not in the bot: 4.5 MiB)
+
         base = client.base_url  # as the SDK's client joins a path to it
         self.url = base.copy_with(raw_path=base.raw_path + CHAT_PATH.lstrip("/").encode())
         self.target = str(self.url)
-        host = self.url.netloc.decode("ascii")
-        sent = {"Host": host, **client.default_headers, **client.auth_headers}
-        self.headers = [
-            (name.encode("ascii"), value.encode("ascii"))
-            for name, value in sent.items()
-            if isinstance(value, str)  # not an omitted one (no organization, no project)
-        ]
-        import httpcore2  # httpx2's transport, loaded with the SDK (not in the bot: 4.5 MiB)
-
-        self.pool = httpcore2.ConnectionPool(  # the SDK's limits
-            ssl_context=tls, max_connections=1000, max_keepalive_connections=100
+        # as the SDK merges them: case aside, the default headers (OPENAI_CUSTOM_HEADERS
+        # among them) over the key's, an omitted one (no organization, no project) dropped
+        headers = httpx2.Headers({"Host": self.url.netloc.decode("ascii")})
+        for given in (client.auth_headers, client.default_headers):
+            for name, value in given.items():
+                if isinstance(value, str):
+                    headers[name] = value
+                else:
+                    headers.pop(name, None)
+        headers["Accept-Encoding"] = "identity"
+        self.headers = headers.raw
+        self.cookies = httpx2.Cookies()
+        self.redirected = False
+        self.pool = httpcore2.ConnectionPool(  # the SDK's limits, and its idle connections'
+            ssl_context=tls,  # life: one a NAT or load balancer forgot is not written to
+            max_connections=1000,
+            max_keepalive_connections=100,
+            keepalive_expiry=KEEPALIVE_SECONDS,
         )
 
     @staticmethod
     def possible(client: openai.OpenAI) -> bool:
-        """Whether completions may be posted this way: no proxy named for the server in the
-        environment, and headers that HTTP carries as they are (ASCII)."""
+        """Whether completions may be posted this way: no proxy named in the environment for
+        the server's scheme (whatever NO_PROXY says: the SDK reads it its own way), no
+        credentials in the URL, the key sent as it is, and headers HTTP carries as they are
+        (ASCII)."""
         url = client.base_url
         proxies = urllib.request.getproxies_environment()
-        proxied = proxies.get(url.scheme) or proxies.get("all")
-        if proxied and not urllib.request.proxy_bypass(url.host):
+        if proxies.get(url.scheme) or proxies.get("all") or url.userinfo:
             return False
-        sent = {**client.default_headers, **client.auth_headers}
+        # the SDK's own ways to sign requests (workload identity, a provider's runtime)
+        for signer in ("_workload_identity_auth", "_provider_runtime"):
+            if getattr(client, signer, None) is not None:
+                return False
+        sent = {**client.auth_headers, **client.default_headers}
         return all(
             name.isascii() and value.isascii()
             for name, value in sent.items()
@@ -533,10 +560,12 @@ class _Direct:
         )
 
     def post(self, client: openai.OpenAI, body: dict[str, Any], read: float) -> bytes | None:
-        """The reply's body; None for a redirect (for the SDK's client to follow)."""
+        """The reply's body; None when the SDK's client must post it (a redirect)."""
         import httpcore2
         import openai
 
+        if self.redirected:
+            return None
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         sent = content.encode()
         headers = [
@@ -545,35 +574,59 @@ class _Direct:
             (b"X-Stainless-Retry-Count", b"0"),
             (b"X-Stainless-Read-Timeout", str(read).encode()),
         ]
+        cookie = self._cookie() if self.cookies.jar else b""
+        if cookie:
+            headers.append((b"Cookie", cookie))
         timeouts = {"connect": min(read, 5.0), "read": read, "write": read, "pool": read}
         try:
             answer = self.pool.request(
                 "POST", self.target, headers=headers, content=sent, extensions={"timeout": timeouts}
             )
+            status, raw = answer.status, answer.content
+            if 200 <= status < 300 and _plain(answer.headers):
+                return raw
+            response = httpx2.Response(
+                status,
+                headers=answer.headers,
+                stream=httpx2.ByteStream(raw),
+                request=self._request(),
+            )
+            response.read()  # decoded as the SDK's client would (gzip, say)
         except httpcore2.TimeoutException as exc:
-            raise openai.APITimeoutError(request=httpx2.Request("POST", self.url)) from exc
-        except Exception as exc:  # as the SDK: whatever the transport raised, unreachable
-            raise openai.APIConnectionError(request=httpx2.Request("POST", self.url)) from exc
-        status, raw = answer.status, answer.content
-        if 200 <= status < 300 and not _header(answer.headers, b"content-encoding"):
-            return raw
+            raise openai.APITimeoutError(request=self._request()) from exc
+        except (  # as the SDK's client: the server could not be reached, or its reply read
+            httpcore2.NetworkError,
+            httpcore2.ProtocolError,
+            httpcore2.UnsupportedProtocol,
+            httpcore2.ProxyError,
+            httpx2.DecodingError,
+            OSError,
+        ) as exc:
+            raise openai.APIConnectionError(request=self._request()) from exc
+        self.cookies.extract_cookies(response)
         if 300 <= status < 400:
+            self.redirected = True
             return None
-        response = httpx2.Response(  # decoded as the SDK's client would (gzip, say)
-            status,
-            headers=answer.headers,
-            stream=httpx2.ByteStream(raw),
-            request=httpx2.Request("POST", self.url),
-        )
-        response.read()
         if status >= 400:
             raise client._make_status_error_from_response(response)
         return response.content
 
+    def _request(self) -> httpx2.Request:
+        return httpx2.Request("POST", self.url)
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    """A header of an httpcore2 response, by its lower-case name."""
-    return next((value for key, value in headers if key.lower() == name), None)
+    def _cookie(self) -> bytes:
+        """The Cookie header the SDK's client would send to the server."""
+        request = self._request()
+        self.cookies.set_cookie_header(request)
+        return request.headers.get("cookie", "").encode("latin-1")
+
+
+KEEPALIVE_SECONDS = 5.0  # an idle connection's life in a pool (httpx2's, the SDK's, default)
+
+
+def _plain(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an httpcore2 response's body is as sent, with no cookie to keep."""
+    return not any(key.lower() in (b"content-encoding", b"set-cookie") for key, _ in headers)
 
 
 class _StreamCut(Exception):

@@ -156,14 +156,14 @@ class Recorded:
     """A real server's reply, served byte for byte (replay mode): `body` whole, or `chunks`
     one HTTP chunk each (a stream, as the server sent it). Made by `load_recording` from a
     file bench/record_server.py wrote (tests/recordings/); its headers are not replayed, but
-    the content type is, and `content_encoding` when given (a whole body compressed though
-    nobody asked, as a proxy may)."""
+    the content type is, and a whole body's `headers` when given (a cookie set, a body
+    compressed though nobody asked, as a proxy may)."""
 
     status: int = 200
     content_type: str = "application/json"
     body: bytes | None = None
     chunks: tuple[bytes, ...] | None = None
-    content_encoding: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def load_recording(path: Any) -> tuple[dict[str, Any], Recorded]:
@@ -910,8 +910,7 @@ class _OpenAIHandler(QuietHandler):
         """A recorded reply as the real server sent it: the body whole, or each recorded
         chunk as one HTTP chunk, in order."""
         if reply.chunks is None:
-            encoded = reply.content_encoding
-            headers = {"Content-Encoding": encoded} if encoded else None
+            headers = dict(reply.headers)
             self.send_bytes(reply.status, reply.body or b"", reply.content_type, headers)
         else:
             self._send_paced(list(reply.chunks), 0.0, None, None, reply.status, reply.content_type)
