@@ -554,7 +554,9 @@ def sent_alike(model_server: FakeOpenAI, base_url: str, key: str | None) -> None
     model_server.script = ["fine", "fine"]
     client = ModelClient(model="gpt-fake", api_key=key, base_url=base_url)
     assert client.complete(QUESTION, [], 5.0, max_tokens=8).content == "fine"
-    client.client.chat.completions.create(model="gpt-fake", messages=QUESTION, max_tokens=8)
+    client.client.chat.completions.create(
+        model="gpt-fake", messages=[{"role": "user", "content": "2 + 3?"}], max_tokens=8
+    )
     ours, sdks = model_server.requests[-2:]
     assert ours.path == sdks.path == "/v1/chat/completions"
     assert ours.body == sdks.body
