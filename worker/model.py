@@ -437,7 +437,7 @@ class ModelClient:
         """`text` without the API key: HTTP refuses a key with a line break in it, and says
         so quoting the header."""
         for part in self._clients.api_key.split():
-            if len(part) >= 4:
+            if len(part) >= 8:  # a key's, not a word of the message's
                 text = text.replace(part, "[key]")
         return text
 
@@ -527,9 +527,11 @@ class _Direct:
                     headers[name] = value
                 else:
                     headers.pop(name, None)
-        headers["Accept-Encoding"] = "identity"
+        for own in PER_ATTEMPT:  # each attempt's own, as the SDK sets them
+            headers.pop(own, None)
+        headers.setdefault("Accept-Encoding", "identity")
         self.headers = headers.raw
-        self.cookies = httpx2.Cookies()
+        self.cookies = client._client.cookies  # the SDK client's jar: one for every request
         self.redirected = False
         self.pool = httpcore2.ConnectionPool(  # the SDK's limits, and its idle connections'
             ssl_context=tls,  # life: one a NAT or load balancer forgot is not written to
@@ -571,8 +573,8 @@ class _Direct:
         headers = [
             *self.headers,
             (b"Content-Length", str(len(sent)).encode()),
-            (b"X-Stainless-Retry-Count", b"0"),
-            (b"X-Stainless-Read-Timeout", str(read).encode()),
+            (PER_ATTEMPT[0].encode(), b"0"),
+            (PER_ATTEMPT[1].encode(), str(read).encode()),
         ]
         cookie = self._cookie() if self.cookies.jar else b""
         if cookie:
@@ -591,6 +593,7 @@ class _Direct:
                 stream=httpx2.ByteStream(raw),
                 request=self._request(),
             )
+            self.cookies.extract_cookies(response)
             response.read()  # decoded as the SDK's client would (gzip, say)
         except httpcore2.TimeoutException as exc:
             raise openai.APITimeoutError(request=self._request()) from exc
@@ -603,8 +606,7 @@ class _Direct:
             OSError,
         ) as exc:
             raise openai.APIConnectionError(request=self._request()) from exc
-        self.cookies.extract_cookies(response)
-        if 300 <= status < 400:
+        if response.has_redirect_location:  # 301, 302, 303, 307, 308 with where to
             self.redirected = True
             return None
         if status >= 400:
@@ -621,6 +623,7 @@ class _Direct:
         return request.headers.get("cookie", "").encode("latin-1")
 
 
+PER_ATTEMPT = ("X-Stainless-Retry-Count", "X-Stainless-Read-Timeout")
 KEEPALIVE_SECONDS = 5.0  # an idle connection's life in a pool (httpx2's, the SDK's, default)
 
 
