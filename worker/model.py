@@ -503,8 +503,8 @@ class _Direct:
     URL, with its headers and key, under the attempt's timeouts, its failures raised as the
     SDK's own errors, the cookies its server sets sent back (a load balancer's affinity);
     but one level down, through httpcore2 (the HTTP library under the SDK's), a pool of
-    connections beside each client's. Building the request through the SDK and httpx2 cost
-    0.3 ms of CPU a call, half a model call's CPU in the worker (bench/README.md, issue 28).
+    connections beside each client's. Through the SDK's request building and httpx2 a call
+    took 0.6 ms of the worker's CPU, this way 0.3 ms (bench/README.md, issue 28).
 
     The SDK's client itself posts when this way would not be the same: a proxy named in the
     environment (the SDK's client honours it), credentials in the base URL (sent as Basic
