@@ -452,8 +452,8 @@ class _Clients:
     def __init__(
         self, api_key: str, base_url: str | None, timeout: float, max_retries: int, pools: int
     ) -> None:
-        self._settings = (api_key, base_url, timeout, max_retries, pools)
         self.api_key = api_key
+        self._settings = (base_url, timeout, max_retries, pools)
         self._lock = threading.Lock()
         self._made: list[openai.OpenAI] | None = None
         self._direct: list[_Direct] = []  # one beside each client, made with them
@@ -480,9 +480,9 @@ class _Clients:
     def _make(self) -> list[openai.OpenAI]:
         import openai
 
-        api_key, base_url, timeout, max_retries, pools = self._settings
+        base_url, timeout, max_retries, pools = self._settings
         client = openai.OpenAI(
-            api_key=api_key,
+            api_key=self.api_key,
             base_url=base_url,
             timeout=openai.Timeout(timeout, connect=5.0),
             max_retries=max_retries,  # for other requests (embeddings); never for completions
@@ -494,7 +494,7 @@ class _Clients:
             more = [openai.DefaultHttpxClient(verify=tls) for _ in range(pools - 1)]
             made += [client.with_options(http_client=http) for http in more]
         if _Direct.possible(client):
-            self._direct = [_Direct(made_client, tls if secure else None) for made_client in made]
+            self._direct = [_Direct(made_client, tls) for made_client in made]  # https only
         return made
 
 

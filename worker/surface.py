@@ -159,16 +159,21 @@ class Guarded:
     def finished(self, run: Run) -> None:
         """As the others, but for `TellLater` and Redis failing for now (what the surface
         reads of the run there): the person is told again later, not taken as told."""
-        try:
-            self.inner.finished(run)
-        except (TellLater, redis.ConnectionError, redis.TimeoutError):
-            raise
-        except Exception:  # as in `_guard`
-            log.exception("surface_failed", method="finished", run_id=run.id)
+        later = (TellLater, redis.ConnectionError, redis.TimeoutError)
+        self._guard("finished", run, lambda: self.inner.finished(run), passes=later)
 
-    def _guard(self, method: str, run: Run, call: Callable[[], None]) -> None:
+    def _guard(
+        self,
+        method: str,
+        run: Run,
+        call: Callable[[], None],
+        passes: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """`call()`, its failures logged and swallowed, but for those it `passes` on."""
         try:
             call()
+        except passes:
+            raise
         except Exception:  # a process boundary of sorts: the surface is someone else's system
             log.exception("surface_failed", method=method, run_id=run.id)
 
