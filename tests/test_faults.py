@@ -283,6 +283,65 @@ def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_s
     assert "run_said_late" in (tmp_path / "second.log").read_text()
 
 
+def test_a_worker_killed_while_saying_a_run_late_leaves_it_to_the_next(
+    redis_conn, redis_url, model_server, tmp_path
+):
+    """A worker that finds a run ended and not yet said takes the mark, so one worker says
+    it however many find it. Killed before Slack took the answer, it took the mark with it:
+    the next worker found nothing to say, and the thread was never told (the chaos soak,
+    seed 51: a worker killed under a Redis failover). The mark is held for a while, not
+    taken: once that lapses, the next worker says it, once."""
+    answer = "The projector in room 4 works again."
+    model_server.route("room 4", [Turn(answer, delay=0.5)])
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
+    with FakeSlack() as slack:
+        thread_ts = slack.add_message(CHANNEL, "Does the projector in room 4 work?")
+        origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
+        env = worker_env(
+            redis_url,
+            model_server.url,
+            tmp_path,
+            SLACK_BOT_TOKEN=TOKEN,
+            SLACK_API_URL=slack.url,
+            SWITCHBOARD_STREAM_ANSWERS="false",
+            SWITCHBOARD_LEASE_SECONDS=str(LEASE),
+            SWITCHBOARD_SWEEP_SECONDS="0.1",
+        )
+        run = service.submit(rt, "Does the projector in room 4 work?", ALICE, origin=origin)
+        first = WorkerProcess(env, tmp_path / "first.log")  # ends it, then Slack is slow
+        try:
+            model_server.wait_for(
+                lambda: any("room 4" in str(r) for r in model_server.chat_requests)
+            )
+            for method in ("chat.postMessage", "chat.update"):  # every post of the ending
+                slack.slow(method, 60, times=40)
+            wait_until(lambda: rt.store.load(run.id).status.terminal, what="the run saved ended")
+            first.kill9()
+        finally:
+            first.stop()
+        second = WorkerProcess(env, tmp_path / "second.log")  # the late teller
+        try:
+            said = tmp_path / "second.log"
+            wait_until(lambda: "run_said_late" in said.read_text(), what="the run said late")
+            second.kill9()  # before Slack took the answer
+        finally:
+            second.stop()
+        assert not [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+        slack.fast()
+        third = WorkerProcess(env, tmp_path / "third.log")
+        try:
+            wait_until(
+                lambda: [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)],
+                timeout=RECOVERY_BOUND + 2 * LEASE,
+                what="the answer in the thread",
+            )
+            wait_until(lambda: not redis_conn.exists(rt.store.keys.untold(run.id)), what="said")
+        finally:
+            third.stop()
+        answers = [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+    assert len(answers) == 1  # before: none
+
+
 def test_pending_approvals_survive_a_redis_restart_with_aof(model_server, tmp_path, tickets_db):
     server = RedisServer(tmp_path / "aof", appendonly=True).start()
     try:
@@ -613,6 +672,48 @@ def test_a_run_ended_more_than_a_day_ago_and_never_said_is_given_up_not_said_out
         assert advance_run(rt, run.id) == "completed"
     assert told.runs == [] and not redis_conn.exists(rt.store.keys.untold(run.id))
     assert [e["run_id"] for e in logs if e["event"] == "run_never_said"] == [run.id]
+
+
+def test_a_run_a_late_teller_holds_is_left_to_it_until_it_lets_go_or_its_hold_lapses(
+    redis_conn, model_server
+):
+    """A worker that finds a run ended and not yet said holds its mark while it says it.
+    Another that finds the run meanwhile (the teller's lease lapsed, or it was killed) says
+    nothing and leaves the run due: said once the hold lapses. A teller that cannot say it
+    for now lets go at once, so the next try need not wait out its hold."""
+    from worker.jobs import UNSAID, advance_run
+    from worker.store import Untold
+    from worker.surface import TellLater
+
+    class SlackDownOnce(Told):
+        def finished(self, run: Any) -> None:
+            if run.answer == "let go" and "" not in self.runs:
+                self.runs.append("")  # tried once
+                raise TellLater("ratelimited")
+            super().finished(run)
+
+    told = SlackDownOnce()
+    rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE, surfaces={"told": told})
+    held, let_go = (
+        service.submit(rt, question, ALICE, origin={"surface": "told"})
+        for question in ("held", "let go")
+    )
+    for run in (held, let_go):
+        run.status, run.answer = RunStatus.COMPLETED, run.question
+        rt.store.save(run)  # saved as ended: marked as not yet said
+    hold = rt.store.keys.untold_hold(held.id)
+    assert rt.store.claim_untold(held.id, 1.0) is Untold.TO_SAY  # a teller, killed later
+    assert rt.store.claim_untold(held.id, 1.0) is Untold.BEING_SAID
+    assert advance_run(rt, held.id) == UNSAID and told.runs == []
+    assert redis_conn.exists(rt.store.keys.untold(held.id))  # still to say
+    wait_until(lambda: not redis_conn.exists(hold), what="the teller's hold to lapse")
+    assert advance_run(rt, held.id) == "completed" and told.runs == [held.id]
+    assert not redis_conn.exists(rt.store.keys.untold(held.id))
+    assert rt.store.claim_untold(held.id, 1.0) is Untold.SAID
+    # cannot be said for now: let go, and said by the next try, however soon
+    assert advance_run(rt, let_go.id) == UNSAID and told.runs == [held.id, ""]
+    assert advance_run(rt, let_go.id) == "completed"
+    assert told.runs == [held.id, "", let_go.id]
 
 
 def test_a_run_whose_last_save_lost_its_answer_is_said_to_have_ended_once(redis_conn, model_server):

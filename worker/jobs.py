@@ -6,6 +6,7 @@ twice. Crashed runs are recovered from their persisted state by the sweeper inst
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import redis
@@ -19,7 +20,7 @@ from worker.events import EventKind
 from worker.lease import Lease
 from worker.loop import Finish, drive, end, say_ended
 from worker.run import EndReason, Run, RunSchemaError, RunStatus
-from worker.store import UNTOLD_SECONDS, LeaseLost, RunNotFound
+from worker.store import UNTOLD_SECONDS, LeaseLost, RunNotFound, Untold
 from worker.surface import TellLater
 
 log = structlog.get_logger(__name__)
@@ -77,7 +78,7 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 structlog.contextvars.unbind_contextvars("run_id")
         if outcome == UNSAID:  # due in a while, behind runs whose worker died: the sweeper
             try:  # takes 200 a pass, oldest first (a rate limit's wait, an outage's blip)
-                rt.store.due_in(run_id, 2 * rt.settings.lease_seconds)
+                rt.store.due_in(run_id, _said_again_in(rt))
             except redis.RedisError as exc:  # due as it was: said again a little sooner
                 log.warning("run_due_later_failed", run_id=run_id, error=brief(exc))
             return outcome
@@ -137,13 +138,19 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
 def _say_late(rt: runtime.Runtime, run: Run) -> str:
     """A run found ended: said now if it was saved as ended and never said (the worker that
     ended it stopped before it could, Redis lost the save's answer after it was done, or
-    its surface could not say it then). The mark is taken first, so one worker says it
-    however many find the run; put back when this one cannot say it for now either."""
+    its surface could not say it then). The mark is held first, so one worker says it
+    however many find the run; let go when this one cannot say it for now, and dropped
+    once it is said. A worker killed while it says the run leaves the mark held: the next
+    says it once the hold lapses."""
     try:
-        if not rt.store.claim_untold(run.id):
-            return run.status.value
+        untold = rt.store.claim_untold(run.id, _said_again_in(rt))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return _interrupted(run.id, exc)
+    if untold is Untold.SAID:
+        return run.status.value
+    if untold is Untold.BEING_SAID:  # by a worker whose lease lapsed, or that was killed:
+        log.info("run_being_said", run_id=run.id)  # due again once its hold lapses
+        return UNSAID
     if run.ended_at is not None and time.time() - run.ended_at > UNTOLD_SECONDS:
         log.error("run_never_said", run_id=run.id, why="ended more than a day ago")
         return run.status.value
@@ -151,15 +158,23 @@ def _say_late(rt: runtime.Runtime, run: Run) -> str:
     try:
         say_ended(rt, run)
     except (TellLater, redis.ConnectionError, redis.TimeoutError) as exc:
-        try:
-            rt.store.mark_untold(run.id)  # taken above: still to say
-        except redis.RedisError as lost:  # Redis failing as well, just now: given up
-            log.error("run_never_said", run_id=run.id, why=brief(exc), error=brief(lost))
-            return run.status.value
+        with contextlib.suppress(redis.RedisError):  # else its hold lapses on its own
+            rt.store.unhold_untold(run.id)
         if isinstance(exc, TellLater):
             return _unsaid(run.id, exc)
         return _interrupted(run.id, exc)
+    try:
+        rt.store.said(run.id)
+    except redis.RedisError as exc:  # the release drops the mark as well; refused too, the
+        # run is said again once the hold lapses: twice rather than never
+        log.warning("run_said_mark_kept", run_id=run.id, error=brief(exc))
     return run.status.value
+
+
+def _said_again_in(rt: runtime.Runtime) -> float:
+    """How long after a run could not be said (or a late teller took it) it is tried again:
+    two leases, so a late teller's hold outlives its lease by one."""
+    return 2 * rt.settings.lease_seconds
 
 
 def _interrupted(run_id: str, exc: Exception) -> str:

@@ -33,6 +33,10 @@ class Keys(ApprovalKeys):
         release drops it): a worker that finds the run ended with it still there says it."""
         return f"{self.ns}run:{run_id}:untold"
 
+    def untold_hold(self, run_id: str) -> str:
+        """Set while a worker says a run late (`RunStore.claim_untold`); lapses on its own."""
+        return f"{self.ns}run:{run_id}:untold:hold"
+
     def recovered(self, run_id: str) -> str:
         """Counter: how many times the sweeper queued the run again (its worker stopped, or
         Redis failed, under it)."""

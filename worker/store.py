@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import threading
 import time
@@ -91,6 +92,14 @@ end
 return 0
 """
 
+# KEYS: the run's mark of not yet said, its late teller's hold.  ARGV: the hold's term (ms).
+# 0: nothing to say; 1: held by this caller, to say; 2: another holds it, saying it now.
+_CLAIM_UNTOLD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return 1 end
+return 2
+"""
+
 log = structlog.get_logger(__name__)
 
 # How long a queued mark may outlive its job. A mark names its job, and the sweeper checks that
@@ -111,6 +120,14 @@ class RunNotFound(LookupError):
     pass
 
 
+class Untold(enum.Enum):
+    """What a worker that finds a run ended learns of saying so (`RunStore.claim_untold`)."""
+
+    SAID = 0  # said already: nothing to do
+    TO_SAY = 1  # not yet said, and held by this worker for a while: say it
+    BEING_SAID = 2  # another worker holds it: saying it now, or stopped (its hold lapses)
+
+
 class LeaseLost(RuntimeError):
     """This worker no longer holds the run's lease; another worker has taken over."""
 
@@ -126,6 +143,7 @@ class RunStore:
         self._save = connection.register_script(_SAVE)
         self._wake = connection.register_script(_WAKE)
         self._clear_queued = connection.register_script(_CLEAR_QUEUED)
+        self._claim_untold = connection.register_script(_CLAIM_UNTOLD)
         # Runs of a schema version this process cannot read, skipped by every listing: how
         # many times, and the versions already logged (each once per process, not per listing).
         self.skipped_unknown = 0
@@ -224,19 +242,30 @@ class RunStore:
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
 
-    def claim_untold(self, run_id: str) -> bool:
-        """Whether the run, saved as ended, may not have been said to have ended yet; the
-        mark is taken as this is answered, so one worker says it late, not each that finds it
-        (Slack and Redis failing together had three say it, each release refused)."""
-        return bool(self.redis.delete(self.keys.untold(run_id)))
+    def claim_untold(self, run_id: str, hold_seconds: float) -> Untold:
+        """Whether the run, saved as ended, may not have been said to have ended yet, and if
+        so, hold it for `hold_seconds`: one worker says it late, not each that finds it
+        (Slack and Redis failing together had three say it, each release refused). Held, not
+        taken: a worker killed while it says the run leaves the mark, and the next says it
+        once the hold lapses (taken, the soak saw a run never said)."""
+        held = self._claim_untold(
+            keys=[self.keys.untold(run_id), self.keys.untold_hold(run_id)],
+            args=[max(int(hold_seconds * 1000), 1)],
+        )
+        return Untold(int(held))
+
+    def said(self, run_id: str) -> None:
+        """The run was said late: drop its mark (and hold) now, so a worker that finds it
+        next finds it said, even when this one's release is refused."""
+        self.redis.delete(self.keys.untold(run_id), self.keys.untold_hold(run_id))
+
+    def unhold_untold(self, run_id: str) -> None:
+        """The late teller could not say the run for now: the next may try at once."""
+        self.redis.delete(self.keys.untold_hold(run_id))
 
     def due_in(self, run_id: str, seconds: float) -> None:
         """The run is due `seconds` from now (the sweeper queues it a grace period after)."""
         self.redis.zadd(self.keys.due, {run_id: int((time.time() + seconds) * 1000)})
-
-    def mark_untold(self, run_id: str) -> None:
-        """The run, ended, is still to be said to have ended (a late teller could not)."""
-        self.redis.set(self.keys.untold(run_id), "1", ex=UNTOLD_SECONDS)
 
     # scheduling
     def wake(self, run_id: str) -> None:
