@@ -680,15 +680,18 @@ def test_a_run_a_late_teller_holds_is_left_to_it_until_it_lets_go_or_its_hold_la
     """A worker that finds a run ended and not yet said holds its mark while it says it.
     Another that finds the run meanwhile (the teller's lease lapsed, or it was killed) says
     nothing and leaves the run due: said once the hold lapses. A teller that cannot say it
-    for now lets go at once, so the next try need not wait out its hold."""
+    for now lets go at once, so the next try need not wait out its hold, and keeps the mark
+    a day longer: the try past the day since the run ended finds it and says it gave up
+    (`run_never_said`), rather than finding nothing and settling the run in silence (found
+    by review). A hold that lapsed and was taken by another is not let go by the first."""
     from worker.jobs import UNSAID, advance_run
-    from worker.store import Untold
+    from worker.store import UNTOLD_SECONDS, Untold
     from worker.surface import TellLater
 
     class SlackDownOnce(Told):
         def finished(self, run: Any) -> None:
             if run.answer == "let go" and "" not in self.runs:
-                self.runs.append("")  # tried once
+                self.runs.append("")  # tried
                 raise TellLater("ratelimited")
             super().finished(run)
 
@@ -701,19 +704,25 @@ def test_a_run_a_late_teller_holds_is_left_to_it_until_it_lets_go_or_its_hold_la
     for run in (held, let_go):
         run.status, run.answer = RunStatus.COMPLETED, run.question
         rt.store.save(run)  # saved as ended: marked as not yet said
-    hold = rt.store.keys.untold_hold(held.id)
-    assert rt.store.claim_untold(held.id, 1.0) is Untold.TO_SAY  # a teller, killed later
-    assert rt.store.claim_untold(held.id, 1.0) is Untold.BEING_SAID
+    mark, hold = rt.store.keys.untold(held.id), rt.store.keys.untold_hold(held.id)
+    assert rt.store.claim_untold(held.id, "killed", 1.0) is Untold.TO_SAY  # a teller, killed
+    assert rt.store.claim_untold(held.id, "other", 1.0) is Untold.BEING_SAID
     assert advance_run(rt, held.id) == UNSAID and told.runs == []
-    assert redis_conn.exists(rt.store.keys.untold(held.id))  # still to say
+    assert redis_conn.exists(mark) and redis_conn.zscore(rt.store.keys.due, held.id)  # due
+    rt.store.unhold_untold(held.id, "other")  # not its hold: kept
+    assert redis_conn.get(hold) == b"killed"
     wait_until(lambda: not redis_conn.exists(hold), what="the teller's hold to lapse")
     assert advance_run(rt, held.id) == "completed" and told.runs == [held.id]
-    assert not redis_conn.exists(rt.store.keys.untold(held.id))
-    assert rt.store.claim_untold(held.id, 1.0) is Untold.SAID
-    # cannot be said for now: let go, and said by the next try, however soon
+    assert not redis_conn.exists(mark) and not redis_conn.exists(hold)
+    assert rt.store.claim_untold(held.id, "late", 1.0) is Untold.SAID
+    # cannot be said for now: let go, the mark kept a day from now; said by the next try,
+    # however soon
+    mark = rt.store.keys.untold(let_go.id)
+    redis_conn.expire(mark, 60)  # the day since the run ended nearly over
     assert advance_run(rt, let_go.id) == UNSAID and told.runs == [held.id, ""]
+    assert redis_conn.ttl(mark) > UNTOLD_SECONDS - 60
     assert advance_run(rt, let_go.id) == "completed"
-    assert told.runs == [held.id, "", let_go.id]
+    assert told.runs == [held.id, "", let_go.id] and not redis_conn.exists(mark)
 
 
 def test_a_run_whose_last_save_lost_its_answer_is_said_to_have_ended_once(redis_conn, model_server):

@@ -110,7 +110,7 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
         rt.store.forget_recoveries(run_id)
         return UNKNOWN_SCHEMA
     if run.status.terminal:
-        return _say_late(rt, run)
+        return _say_late(rt, run, token)
     try:
         with tracing.advance(run):
             if not drive(rt, run, token):
@@ -135,7 +135,7 @@ def _advance_held(rt: runtime.Runtime, run_id: str, lease: Lease) -> str:
     return run.status.value
 
 
-def _say_late(rt: runtime.Runtime, run: Run) -> str:
+def _say_late(rt: runtime.Runtime, run: Run, token: str) -> str:
     """A run found ended: said now if it was saved as ended and never said (the worker that
     ended it stopped before it could, Redis lost the save's answer after it was done, or
     its surface could not say it then). The mark is held first, so one worker says it
@@ -143,7 +143,7 @@ def _say_late(rt: runtime.Runtime, run: Run) -> str:
     once it is said. A worker killed while it says the run leaves the mark held: the next
     says it once the hold lapses."""
     try:
-        untold = rt.store.claim_untold(run.id, _said_again_in(rt))
+        untold = rt.store.claim_untold(run.id, token, _said_again_in(rt))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         return _interrupted(run.id, exc)
     if untold is Untold.SAID:
@@ -159,12 +159,12 @@ def _say_late(rt: runtime.Runtime, run: Run) -> str:
         say_ended(rt, run)
     except (TellLater, redis.ConnectionError, redis.TimeoutError) as exc:
         with contextlib.suppress(redis.RedisError):  # else its hold lapses on its own
-            rt.store.unhold_untold(run.id)
+            rt.store.unhold_untold(run.id, token)
         if isinstance(exc, TellLater):
             return _unsaid(run.id, exc)
         return _interrupted(run.id, exc)
     try:
-        rt.store.said(run.id)
+        rt.store.said(run.id, token)
     except redis.RedisError as exc:  # the release drops the mark as well; refused too, the
         # run is said again once the hold lapses: twice rather than never
         log.warning("run_said_mark_kept", run_id=run.id, error=brief(exc))
@@ -172,8 +172,9 @@ def _say_late(rt: runtime.Runtime, run: Run) -> str:
 
 
 def _said_again_in(rt: runtime.Runtime) -> float:
-    """How long after a run could not be said (or a late teller took it) it is tried again:
-    two leases, so a late teller's hold outlives its lease by one."""
+    """How long after a run could not be said it is tried again, and how long a late teller
+    holds it from when it took it (a fixed window, never renewed: past it, only the teller's
+    lease keeps a second one off, so a say that outlasts both is said twice)."""
     return 2 * rt.settings.lease_seconds
 
 

@@ -92,12 +92,22 @@ end
 return 0
 """
 
-# KEYS: the run's mark of not yet said, its late teller's hold.  ARGV: the hold's term (ms).
-# 0: nothing to say; 1: held by this caller, to say; 2: another holds it, saying it now.
+# KEYS: the run's mark of not yet said, its late teller's hold.  ARGV: the teller's lease
+# token, the hold's term (ms).  0: nothing to say; 1: held by this caller, to say; 2: another
+# holds it, saying it now.
 _CLAIM_UNTOLD = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return 1 end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 2
+"""
+
+# KEYS: the mark, the hold.  ARGV: the teller's lease token, then 'said' (the mark dropped)
+# or the mark's new life in seconds (still to say).  A hold that lapsed and was taken by
+# another teller is that one's: left alone.
+_LET_GO_UNTOLD = """
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+if ARGV[2] == 'said' then return redis.call('DEL', KEYS[1]) end
+return redis.call('EXPIRE', KEYS[1], ARGV[2])
 """
 
 log = structlog.get_logger(__name__)
@@ -144,6 +154,7 @@ class RunStore:
         self._wake = connection.register_script(_WAKE)
         self._clear_queued = connection.register_script(_CLEAR_QUEUED)
         self._claim_untold = connection.register_script(_CLAIM_UNTOLD)
+        self._let_go_untold = connection.register_script(_LET_GO_UNTOLD)
         # Runs of a schema version this process cannot read, skipped by every listing: how
         # many times, and the versions already logged (each once per process, not per listing).
         self.skipped_unknown = 0
@@ -242,26 +253,33 @@ class RunStore:
         cancelled_by = saved[1]
         return cancelled_by.decode() if cancelled_by else None
 
-    def claim_untold(self, run_id: str, hold_seconds: float) -> Untold:
+    def claim_untold(self, run_id: str, token: str, hold_seconds: float) -> Untold:
         """Whether the run, saved as ended, may not have been said to have ended yet, and if
-        so, hold it for `hold_seconds`: one worker says it late, not each that finds it
-        (Slack and Redis failing together had three say it, each release refused). Held, not
-        taken: a worker killed while it says the run leaves the mark, and the next says it
-        once the hold lapses (taken, the soak saw a run never said)."""
+        so, hold it for `hold_seconds` (as the holder of lease `token`): one worker says it
+        late, not each that finds it (Slack and Redis failing together had three say it,
+        each release refused). Held, not taken: a worker killed while it says the run
+        leaves the mark, and the next says it once the hold lapses (taken, the chaos soak
+        saw a run never said)."""
         held = self._claim_untold(
             keys=[self.keys.untold(run_id), self.keys.untold_hold(run_id)],
-            args=[max(int(hold_seconds * 1000), 1)],
+            args=[token, max(int(hold_seconds * 1000), 1)],
         )
         return Untold(int(held))
 
-    def said(self, run_id: str) -> None:
-        """The run was said late: drop its mark (and hold) now, so a worker that finds it
-        next finds it said, even when this one's release is refused."""
-        self.redis.delete(self.keys.untold(run_id), self.keys.untold_hold(run_id))
+    def said(self, run_id: str, token: str) -> None:
+        """The run was said late: its mark dropped now, so a worker that finds it next finds
+        it said, even when this one's release is refused; its hold let go."""
+        self._let_go(run_id, token, "said")
 
-    def unhold_untold(self, run_id: str) -> None:
-        """The late teller could not say the run for now: the next may try at once."""
-        self.redis.delete(self.keys.untold_hold(run_id))
+    def unhold_untold(self, run_id: str, token: str) -> None:
+        """The late teller could not say the run for now: its hold let go, so the next may
+        try at once, and the mark kept a day from now, so the try past the day since the run
+        ended finds it and gives up saying so (`run_never_said`), not in silence."""
+        self._let_go(run_id, token, UNTOLD_SECONDS)
+
+    def _let_go(self, run_id: str, token: str, then: str | int) -> None:
+        keys = [self.keys.untold(run_id), self.keys.untold_hold(run_id)]
+        self._let_go_untold(keys=keys, args=[token, then])
 
     def due_in(self, run_id: str, seconds: float) -> None:
         """The run is due `seconds` from now (the sweeper queues it a grace period after)."""
