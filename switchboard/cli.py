@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             traceback.print_exc()
         print(f"switchboard: {exc}", file=sys.stderr)
         return 2
-    except redis.ConnectionError as exc:
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
         if args.debug:
             traceback.print_exc()
         problem = errors.redis_unreachable(config.redis_url, str(exc))

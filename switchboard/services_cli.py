@@ -102,7 +102,7 @@ def positive(text: str) -> int:
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     if args.concurrency:
         config.worker_concurrency = args.concurrency
-    rt = open_runtime(config)
+    rt = open_runtime(config, service=True)
     if rt.model is None:
         print(_no_model(), file=sys.stderr)
         return 2
@@ -190,7 +190,7 @@ def cmd_bot(config: Config, args: argparse.Namespace) -> int:
 
     logs.drop_reported(_WSS_FAILURE)  # said below, in one line
     logs.drop_reported(_BOLT_TOKEN_NOTE)  # Bolt sees SLACK_BOT_TOKEN set; we pass the client
-    rt = open_runtime(config)
+    rt = open_runtime(config, service=True)
     from switchboard.startup import load_connections_sdk
 
     # The model server is not asked here: the bot never calls it (every worker asks at its

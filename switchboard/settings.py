@@ -47,6 +47,9 @@ class Config(BaseSettings):
     redis_url: str = Field("", alias="REDIS_URL")
     # Refuse the embedded Redis: where processes must share one (Kubernetes, compose)
     require_redis_url: bool = Field(False, alias="SWITCHBOARD_REQUIRE_REDIS_URL")
+    # How long the bot and the workers wait at start for a Redis that does not answer yet
+    # (starting beside them, restarting, failing over); other commands say so at once
+    redis_start_wait: float = Field(30.0, alias="SWITCHBOARD_REDIS_START_WAIT", ge=0, le=3600)
     policy: str = Field("", alias="SWITCHBOARD_POLICY")
     # How often the bot and the workers look for a changed policy file (0: only on SIGHUP)
     policy_check_seconds: float = Field(

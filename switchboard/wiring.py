@@ -210,12 +210,18 @@ def runtime_settings(config: Config) -> Settings:
     )
 
 
-def open_runtime(config: Config) -> Runtime:
-    """The runtime every command uses: configured Redis (or the embedded one), tools, policy."""
+def open_runtime(config: Config, *, service: bool = False) -> Runtime:
+    """The runtime every command uses: configured Redis (or the embedded one), tools, policy.
+    A `service` (the bot, a worker) waits a while for a Redis that does not answer yet."""
     # Every slot holds a connection while it waits in RQ's blocking dequeue; its run needs
     # another, and tools, leases and the sweeper share a few more.
     pool = 2 * config.worker_concurrency + 16
-    connection = connect(config.redis_url, max_connections=pool, require=config.require_redis_url)
+    connection = connect(
+        config.redis_url,
+        max_connections=pool,
+        require=config.require_redis_url,
+        wait=config.redis_start_wait if service else 0.0,
+    )
     return build_runtime(config, connection)
 
 

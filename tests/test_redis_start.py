@@ -1,0 +1,112 @@
+"""The bot and the workers started while Redis does not answer yet (started beside them, or
+restarting, or failing over): they wait a while for it (`SWITCHBOARD_REDIS_START_WAIT`)
+and come up once it does, rather than exit and leave it to a supervisor's back-off (the
+chaos soak: a bot restarted under a Redis restart exited "cannot reach Redis" and stayed
+down). Other commands say so at once, and a refused password is never waited on."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.slack_server import FakeSlack
+from tests.support.processes import ROOT, SwitchboardProcess, WorkerProcess, worker_env
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.runtime import wait_until
+
+pytestmark = pytest.mark.slow
+
+PASSWORD = "s3cret0f24hexchars"
+
+
+def logged(log: Path, event: str) -> bool:
+    return log.exists() and f'"event": "{event}"' in log.read_text()
+
+
+def test_a_worker_and_a_bot_started_before_redis_come_up_once_it_answers(
+    tmp_path: Path, model_server
+):
+    server = RedisServer(tmp_path / "redis", password=PASSWORD)  # its port known, not started
+    env = worker_env(server.url, model_server.url, tmp_path)
+    port = free_port()
+    with FakeSlack() as slack:
+        bot_env = {
+            **env,
+            "SLACK_BOT_TOKEN": "xoxb-good",
+            "SLACK_SIGNING_SECRET": "a-secret",
+            "SLACK_API_URL": slack.url,
+        }
+        worker = WorkerProcess(env, tmp_path / "worker.log")
+        bot = SwitchboardProcess(
+            bot_env, tmp_path / "bot.log", "bot", "--http", "--port", str(port)
+        )
+        try:
+            for process in (worker, bot):
+                waiting = process.log
+                wait_until(lambda: logged(waiting, "redis_waiting"), timeout=60)  # noqa: B023
+                assert process.proc.poll() is None  # still waiting, not gone
+            server.start()
+            wait_until(lambda: logged(worker.log, "worker_started"), timeout=60)
+            wait_until(lambda: logged(bot.log, "bot_started"), timeout=60)
+            with socket.create_connection(("127.0.0.1", port), 5):
+                pass  # serving
+        finally:
+            bot.stop()
+            worker.stop()
+            server.stop()
+    assert PASSWORD not in (tmp_path / "worker.log").read_text()  # the URL said without it
+
+
+def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path, model_server):
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    env = worker_env(url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="1")
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "switchboard", "worker"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].startswith("switchboard: cannot reach Redis")
+    assert done.stderr.count('"event": "redis_waiting"') >= 2, done.stderr  # asked again
+    assert took < 30, took  # the wait (1 s) and a start, not the default 30 s
+
+    # a command other than the bot and the workers does not wait: said at once
+    env = worker_env(url, model_server.url, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "switchboard", "runs", "list"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "cannot reach Redis" in done.stderr
+    assert "redis_waiting" not in done.stderr
+
+
+def test_a_refused_password_is_said_at_once_not_waited_on(tmp_path: Path, model_server):
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    try:
+        env = worker_env(server.url.replace(PASSWORD, "wrong"), model_server.url, tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-m", "switchboard", "worker"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 2 and "redis_waiting" not in done.stderr, done.stderr
+    assert "wrong" not in done.stderr.rstrip().splitlines()[-1]
