@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -69,13 +69,19 @@ def connect(
         "socket_connect_timeout": CONNECT_TIMEOUT,
         "socket_read_size": READ_BUFFER,
     }
-    if sentinel_url.is_sentinel(url):
-        connection = sentinel_primary(sentinel_url.parse(url), options)
-    else:
-        connection = Client.from_url(url, **options)
-    check(connection, url, wait)
+    # Asked on a connection of its own that waits at most CONNECT_TIMEOUT for an answer (and
+    # no longer than the wait has left), not one of the pool's, which wait SOCKET_TIMEOUT: a
+    # stopped server took a minute to be said, past any wait (found by review).
+    check(lambda seconds: _client(url, {**options, "socket_timeout": seconds}), url, wait)
+    connection = _client(url, options)
     log.info("redis_in_use", url=errors.redact_url(url))
     return connection
+
+
+def _client(url: str, options: dict[str, Any]) -> redis.Redis:
+    if sentinel_url.is_sentinel(url):
+        return sentinel_primary(sentinel_url.parse(url), options)
+    return Client.from_url(url, **options)
 
 
 class AnyServerScript(redis.commands.core.Script):
@@ -180,17 +186,21 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
     )
 
 
-def check(connection: redis.Redis, url: str, wait: float = 0.0) -> None:
-    """One PING, its failures said as configuration problems. One that may pass (nothing
-    answers yet, a connection closed or timed out, `LOADING`, no primary named during a
-    failover) is asked again, a little less often each time, for `wait` seconds, each
-    try logged (`redis_waiting`); a refused password or a database the server lacks is
-    said at once."""
+def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) -> None:
+    """One PING, on a client `probe(seconds)` gives (its answer awaited that long), its
+    failures said as configuration problems. One that may pass (nothing answers yet, a
+    connection closed or timed out, `LOADING`, no primary named during a failover) is asked
+    again, a little less often each time, for `wait` seconds, each try logged
+    (`redis_waiting`); a refused password (the server's or the Sentinels'), a certificate
+    not trusted or a database the server lacks is said at once."""
     deadline = time.monotonic() + wait
     pause = 0.25
     while True:
+        left = deadline - time.monotonic()
+        # half what is left, at most: a try that times out leaves time for another
+        client = probe(max(0.5, min(CONNECT_TIMEOUT, left / 2)) if left > 0 else CONNECT_TIMEOUT)
         try:
-            connection.ping()
+            client.ping()
             return
         except redis.AuthenticationError as exc:
             raise errors.redis_refused(url, str(exc)) from exc
@@ -201,19 +211,31 @@ def check(connection: redis.Redis, url: str, wait: float = 0.0) -> None:
                 raise errors.redis_refused(url, str(exc)) from exc
             raise
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            reason = str(exc)
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or _lasting(reason):
                 if isinstance(exc, redis.sentinel.MasterNotFoundError):
-                    raise errors.redis_no_primary(url, str(exc)) from exc
-                raise errors.redis_unreachable(url, str(exc)) from exc
+                    raise errors.redis_no_primary(url, reason) from exc
+                raise errors.redis_unreachable(url, reason) from exc
             log.warning(
                 "redis_waiting",
                 url=errors.redact_url(url),
-                error=str(exc)[:200],
+                error=reason[-200:],
                 seconds_left=round(left, 1),
             )
             time.sleep(min(pause, left))
             pause = min(2 * pause, 5.0)
+        finally:
+            client.close()
+
+
+# What no wait mends: a password the Sentinels refuse (said inside their "no primary"), a
+# certificate the client does not trust.
+_LASTING = ("AuthenticationError", "WRONGPASS", "invalid password", "CERTIFICATE_VERIFY_FAILED")
+
+
+def _lasting(reason: str) -> bool:
+    return any(sign in reason for sign in _LASTING)
 
 
 def _databases(url: str) -> int | None:

@@ -3,6 +3,7 @@ the connection the CLI opens, a worker process, RQ's scheduler, and a whole run 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,6 +112,10 @@ def test_rediss_checks_the_servers_certificate(tls_server):
     with pytest.raises(OperatorError, match="cannot reach Redis") as refused:
         connect(unverified)
     assert "certificate" in str(refused.value).lower()
+    started = time.monotonic()
+    with pytest.raises(OperatorError, match="certificate"):  # no wait mends it: said at once
+        connect(unverified, wait=60)
+    assert time.monotonic() - started < 15
     plain = unverified.replace("rediss://", "redis://")  # no TLS at all: the server hangs up
     with pytest.raises((OperatorError, redis.RedisError)):
         connect(plain)

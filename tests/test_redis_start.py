@@ -6,6 +6,8 @@ down). Other commands say so at once, and a refused password is never waited on.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +34,7 @@ def test_a_worker_and_a_bot_started_before_redis_come_up_once_it_answers(
     tmp_path: Path, model_server
 ):
     server = RedisServer(tmp_path / "redis", password=PASSWORD)  # its port known, not started
-    env = worker_env(server.url, model_server.url, tmp_path)
+    env = worker_env(server.url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="300")
     port = free_port()
     with FakeSlack() as slack:
         bot_env = {
@@ -59,7 +61,8 @@ def test_a_worker_and_a_bot_started_before_redis_come_up_once_it_answers(
             bot.stop()
             worker.stop()
             server.stop()
-    assert PASSWORD not in (tmp_path / "worker.log").read_text()  # the URL said without it
+    for log in ("worker.log", "bot.log"):
+        assert PASSWORD not in (tmp_path / log).read_text()  # the URL said without it
 
 
 def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path, model_server):
@@ -92,6 +95,37 @@ def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path
     )
     assert done.returncode == 2 and "cannot reach Redis" in done.stderr
     assert "redis_waiting" not in done.stderr
+
+
+def test_a_stopped_redis_is_said_once_the_wait_is_over_not_a_minute_later(
+    tmp_path: Path, model_server
+):
+    """A server that takes connections and never answers (stopped: SIGSTOP, a frozen VM):
+    each PING waited out the connection's 60 s read timeout, so the wait said nothing and
+    ended a minute late (found by review). Each try waits no longer than the wait has
+    left."""
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        env = worker_env(server.url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="3")
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "switchboard", "worker"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        took = time.monotonic() - started
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        server.stop()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].startswith("switchboard: cannot reach Redis")
+    assert '"event": "redis_waiting"' in done.stderr  # asked more than once
+    assert took < 30, took  # before: 61 s
 
 
 def test_a_refused_password_is_said_at_once_not_waited_on(tmp_path: Path, model_server):
