@@ -101,13 +101,13 @@ def run(args: argparse.Namespace) -> int:
         if args.debug:
             traceback.print_exc()
         print(f"switchboard: {exc}", file=sys.stderr)
-        return 2
+        return exit_status(exc)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         if args.debug:
             traceback.print_exc()
         problem = errors.redis_unreachable(config.redis_url, str(exc))
         print(f"switchboard: {problem}", file=sys.stderr)
-        return 2
+        return exit_status(problem)
     except KeyboardInterrupt:
         return 130
     finally:
@@ -115,6 +115,14 @@ def run(args: argparse.Namespace) -> int:
             from worker import tracing
 
             tracing.shutdown()  # what is buffered goes out before the process does
+
+
+def exit_status(problem: Exception) -> int:
+    """75 (EX_TEMPFAIL) for a Redis that does not answer, which a restart may mend; else 2."""
+    from switchboard import errors
+
+    unavailable = isinstance(problem, errors.Unavailable)
+    return errors.UNAVAILABLE_EXIT if unavailable else errors.CONFIG_EXIT
 
 
 def import_redis() -> ModuleType:

@@ -1,7 +1,8 @@
 """Configuration problems, worded for the operator, all in one place.
 
 Every one is a single line, `switchboard: <what is wrong> (<where>); <how to fix>`, printed
-by the command line without a traceback (`--debug` shows it) and exit status 2.
+by the command line without a traceback (`--debug` shows it) and exit status 2; 75 for a
+Redis that does not answer (`Unavailable`), which a restart may mend.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ class ConfigError(OperatorError):
 
     def __init__(self, what: str, where: str, fix: str) -> None:
         super().__init__(f"{what} ({where}); {fix}")
+
+
+CONFIG_EXIT = 2  # main()'s exit status for a configuration problem: no restart mends it
+UNAVAILABLE_EXIT = 75  # EX_TEMPFAIL: Redis did not answer; a restart may find it back
+
+
+class Unavailable(ConfigError):
+    """A Redis that does not answer (or no primary named): said as the others, but with exit
+    status 75 (EX_TEMPFAIL), since it may answer later. A supervisor (`worker --processes`,
+    `dev`, `chat`) restarts such a child with back-off, where exit status 2 stops them all."""
 
 
 def settings_errors(exc: ValidationError, defaults: dict[str, Any]) -> list[str]:
@@ -112,17 +123,19 @@ def redact_url(url: str) -> str:
 
 
 def redis_unreachable(url: str, reason: str) -> ConfigError:
+    """`Unavailable` for a configured Redis; the embedded one failing to start is lasting."""
     where = f"REDIS_URL={redact_url(url)}" if url else "the embedded Redis"
     fix = (
         "start Redis there or fix REDIS_URL; unset REDIS_URL to use the embedded Redis"
         if url
         else "check that the data directory is writable (XDG_DATA_HOME)"
     )
-    return ConfigError(f"cannot reach Redis: {reason}", where, fix)
+    kind = Unavailable if url else ConfigError
+    return kind(f"cannot reach Redis: {reason}", where, fix)
 
 
 def redis_no_primary(url: str, reason: str) -> ConfigError:
-    return ConfigError(
+    return Unavailable(
         f"no Sentinel names a primary: {reason}",
         f"REDIS_URL={redact_url(url)}",
         "check the Sentinels' addresses and the service name after them (the name of their "

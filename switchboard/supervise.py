@@ -7,7 +7,9 @@ grace period. Each child holds the read end of a pipe whose write end only the p
 (the lifeline): when the parent dies, even by kill -9 or with its terminal, the child sees
 end-of-file and stops itself, so no child outlives its parent. A child that exits is
 restarted with backoff, except after a configuration error (exit status 2), which no
-restart can fix: then everything stops with that error.
+restart can fix: then everything stops with that error. A Redis that does not answer (exit
+status 75, after the child's own wait) is not one: that child is restarted with backoff
+while the others go on.
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ import structlog
 from rq import Queue, Worker
 
 from switchboard import errors
+from switchboard.errors import CONFIG_EXIT
 
 log = structlog.get_logger(__name__)
 
 LIFELINE_ENV = "SWITCHBOARD_LIFELINE"
-CONFIG_EXIT = 2  # main() exits 2 for a configuration problem; restarting cannot fix it
 RESTART_BACKOFF = (0.5, 1, 2, 5, 10, 30)
 SERVICE_GRACE = 27.0  # a worker's own grace is 25 s; Kubernetes waits 30 s before SIGKILL
 KILL_AFTER = 3.0  # after the second SIGTERM

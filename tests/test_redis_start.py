@@ -78,7 +78,7 @@ def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path
         timeout=60,
     )
     took = time.monotonic() - started
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a restart may mend it
     assert done.stderr.rstrip().splitlines()[-1].startswith("switchboard: cannot reach Redis")
     assert done.stderr.count('"event": "redis_waiting"') >= 2, done.stderr  # asked again
     assert took < 30, took  # the wait (1 s) and a start, not the default 30 s
@@ -93,7 +93,7 @@ def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path
         text=True,
         timeout=60,
     )
-    assert done.returncode == 2 and "cannot reach Redis" in done.stderr
+    assert done.returncode == 75 and "cannot reach Redis" in done.stderr
     assert "redis_waiting" not in done.stderr
 
 
@@ -122,10 +122,42 @@ def test_a_stopped_redis_is_said_once_the_wait_is_over_not_a_minute_later(
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
         server.stop()
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a restart may mend it
     assert done.stderr.rstrip().splitlines()[-1].startswith("switchboard: cannot reach Redis")
     assert '"event": "redis_waiting"' in done.stderr  # asked more than once
     assert took < 30, took  # before: 61 s
+
+
+def test_a_worker_restarted_while_redis_is_down_is_restarted_again_not_the_group_stopped(
+    tmp_path: Path, model_server
+):
+    """`worker --processes N` restarts a child that exits, but stops them all after a
+    configuration error (exit status 2), which no restart mends. A child restarted while
+    Redis was down past its wait exited 2 as well, and took its healthy siblings down with
+    it. It exits 75 (EX_TEMPFAIL): restarted again, with back-off, until Redis answers."""
+    import psutil
+
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    env = worker_env(server.url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="1")
+    log = tmp_path / "workers.log"
+
+    def started() -> int:
+        return log.read_text().count('"event": "worker_started"')
+
+    workers = SwitchboardProcess(env, log, "worker", "--processes", "2")
+    try:
+        wait_until(lambda: started() == 2, timeout=60, what="both workers")
+        child = psutil.Process(workers.pid).children()[0]
+        server.stop()
+        child.kill()  # it dies while Redis is down: its restart cannot reach Redis
+        wait_until(lambda: '"code": 75' in log.read_text(), timeout=60, what="exit 75")
+        assert workers.proc.poll() is None  # the group goes on
+        server.start()
+        wait_until(lambda: started() == 3, timeout=90, what="the child back")
+        assert workers.proc.poll() is None
+    finally:
+        workers.stop()
+        server.stop()
 
 
 def test_a_refused_password_is_said_at_once_not_waited_on(tmp_path: Path, model_server):
