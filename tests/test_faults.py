@@ -227,6 +227,20 @@ def test_kill_minus_nine_matrix(redis_conn, model_server, cluster, faults, tmp_p
     assert all(len(v) == ROUNDS for v in outcomes.values())
 
 
+def slack_worker_env(redis_url: str, model_url: str, tmp_path: Path, slack: FakeSlack) -> dict:
+    """Workers that post to `slack` (whole answers, not streamed), on short leases."""
+    return worker_env(
+        redis_url,
+        model_url,
+        tmp_path,
+        SLACK_BOT_TOKEN=TOKEN,
+        SLACK_API_URL=slack.url,
+        SWITCHBOARD_STREAM_ANSWERS="false",
+        SWITCHBOARD_LEASE_SECONDS=str(LEASE),
+        SWITCHBOARD_SWEEP_SECONDS="0.1",
+    )
+
+
 def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_said_once(
     redis_conn, redis_url, model_server, tmp_path
 ):
@@ -240,16 +254,7 @@ def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_s
     with FakeSlack() as slack:
         thread_ts = slack.add_message(CHANNEL, "Is the printer on floor 2 back?")
         origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
-        env = worker_env(
-            redis_url,
-            model_server.url,
-            tmp_path,
-            SLACK_BOT_TOKEN=TOKEN,
-            SLACK_API_URL=slack.url,
-            SWITCHBOARD_STREAM_ANSWERS="false",
-            SWITCHBOARD_LEASE_SECONDS=str(LEASE),
-            SWITCHBOARD_SWEEP_SECONDS="0.1",
-        )
+        env = slack_worker_env(redis_url, model_server.url, tmp_path, slack)
         first = WorkerProcess(env, tmp_path / "first.log")
         try:
             run = service.submit(rt, "Is the printer on floor 2 back?", ALICE, origin=origin)
@@ -297,16 +302,7 @@ def test_a_worker_killed_while_saying_a_run_late_leaves_it_to_the_next(
     with FakeSlack() as slack:
         thread_ts = slack.add_message(CHANNEL, "Does the projector in room 4 work?")
         origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
-        env = worker_env(
-            redis_url,
-            model_server.url,
-            tmp_path,
-            SLACK_BOT_TOKEN=TOKEN,
-            SLACK_API_URL=slack.url,
-            SWITCHBOARD_STREAM_ANSWERS="false",
-            SWITCHBOARD_LEASE_SECONDS=str(LEASE),
-            SWITCHBOARD_SWEEP_SECONDS="0.1",
-        )
+        env = slack_worker_env(redis_url, model_server.url, tmp_path, slack)
         run = service.submit(rt, "Does the projector in room 4 work?", ALICE, origin=origin)
         first = WorkerProcess(env, tmp_path / "first.log")  # ends it, then Slack is slow
         try:

@@ -30,6 +30,17 @@ def logged(log: Path, event: str) -> bool:
     return log.exists() and f'"event": "{event}"' in log.read_text()
 
 
+def switchboard(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "switchboard", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def test_a_worker_and_a_bot_started_before_redis_come_up_once_it_answers(
     tmp_path: Path, model_server
 ):
@@ -69,14 +80,7 @@ def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     env = worker_env(url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="1")
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "switchboard", "worker"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = switchboard(env, "worker", timeout=60)
     took = time.monotonic() - started
     assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a restart may mend it
     assert done.stderr.rstrip().splitlines()[-1].startswith("switchboard: cannot reach Redis")
@@ -85,14 +89,7 @@ def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path
 
     # a command other than the bot and the workers does not wait: said at once
     env = worker_env(url, model_server.url, tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "switchboard", "runs", "list"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = switchboard(env, "runs", "list", timeout=60)
     assert done.returncode == 75 and "cannot reach Redis" in done.stderr
     assert "redis_waiting" not in done.stderr
 
@@ -110,14 +107,7 @@ def test_a_stopped_redis_is_said_once_the_wait_is_over_not_a_minute_later(
     try:
         env = worker_env(server.url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="3")
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "switchboard", "worker"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = switchboard(env, "worker", timeout=120)
         took = time.monotonic() - started
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
@@ -164,14 +154,7 @@ def test_a_refused_password_is_said_at_once_not_waited_on(tmp_path: Path, model_
     server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
     try:
         env = worker_env(server.url.replace(PASSWORD, "wrong"), model_server.url, tmp_path)
-        done = subprocess.run(
-            [sys.executable, "-m", "switchboard", "worker"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = switchboard(env, "worker", timeout=60)
     finally:
         server.stop()
     assert done.returncode == 2 and "redis_waiting" not in done.stderr, done.stderr
