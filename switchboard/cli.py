@@ -105,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         if args.debug:
             traceback.print_exc()
-        problem = errors.redis_unreachable(config.redis_url, str(exc))
+        # Redis answered the start-up check, then failed: for a service that waits for it,
+        # a restart may find it back
+        waits = config.redis_start_wait > 0 and getattr(args, "service", False)
+        problem = errors.redis_unreachable(config.redis_url, str(exc), temporary=waits)
         print(f"switchboard: {problem}", file=sys.stderr)
         return exit_status(problem)
     except KeyboardInterrupt:
@@ -118,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def exit_status(problem: Exception) -> int:
-    """75 (EX_TEMPFAIL) for a Redis that does not answer, which a restart may mend; else 2."""
+    """75 (EX_TEMPFAIL) for a Redis that did not answer a service's wait; else 2."""
     from switchboard import errors
 
-    unavailable = isinstance(problem, errors.Unavailable)
+    unavailable = isinstance(problem, errors.RedisUnavailable)
     return errors.UNAVAILABLE_EXIT if unavailable else errors.CONFIG_EXIT
 
 

@@ -2,7 +2,7 @@
 
 Every one is a single line, `switchboard: <what is wrong> (<where>); <how to fix>`, printed
 by the command line without a traceback (`--debug` shows it) and exit status 2; 75 for a
-Redis that does not answer (`Unavailable`), which a restart may mend.
+Redis that did not answer a service's wait (`RedisUnavailable`), which a restart may mend.
 """
 
 from __future__ import annotations
@@ -51,10 +51,12 @@ CONFIG_EXIT = 2  # main()'s exit status for a configuration problem: no restart 
 UNAVAILABLE_EXIT = 75  # EX_TEMPFAIL: Redis did not answer; a restart may find it back
 
 
-class Unavailable(ConfigError):
-    """A Redis that does not answer (or no primary named): said as the others, but with exit
-    status 75 (EX_TEMPFAIL), since it may answer later. A supervisor (`worker --processes`,
-    `dev`, `chat`) restarts such a child with back-off, where exit status 2 stops them all."""
+class RedisUnavailable(ConfigError):
+    """A Redis that did not answer within the bot's or a worker's start-up wait (nothing
+    listening, no answer, no primary named): said as the others, but with exit status 75
+    (EX_TEMPFAIL), since it may answer later: `worker --processes` and `dev` restart such a
+    child with back-off, where exit status 2 stops them all. Not for what no wait mends (a
+    refused password, a certificate not trusted), nor for a command that does not wait."""
 
 
 def settings_errors(exc: ValidationError, defaults: dict[str, Any]) -> list[str]:
@@ -122,24 +124,27 @@ def redact_url(url: str) -> str:
 # -- Redis ---------------------------------------------------------------------------------
 
 
-def redis_unreachable(url: str, reason: str) -> ConfigError:
-    """`Unavailable` for a configured Redis; the embedded one failing to start is lasting."""
+def redis_unreachable(url: str, reason: str, *, temporary: bool = False) -> ConfigError:
+    """`temporary`: a service waited for it (`RedisUnavailable`); the embedded Redis failing
+    to start is lasting."""
     where = f"REDIS_URL={redact_url(url)}" if url else "the embedded Redis"
     fix = (
         "start Redis there or fix REDIS_URL; unset REDIS_URL to use the embedded Redis"
         if url
         else "check that the data directory is writable (XDG_DATA_HOME)"
     )
-    kind = Unavailable if url else ConfigError
+    kind = RedisUnavailable if temporary and url else ConfigError
     return kind(f"cannot reach Redis: {reason}", where, fix)
 
 
-def redis_no_primary(url: str, reason: str) -> ConfigError:
-    return Unavailable(
+def redis_no_primary(url: str, reason: str, *, temporary: bool = False) -> ConfigError:
+    kind = RedisUnavailable if temporary else ConfigError
+    return kind(
         f"no Sentinel names a primary: {reason}",
         f"REDIS_URL={redact_url(url)}",
         "check the Sentinels' addresses and the service name after them (the name of their "
-        "`sentinel monitor NAME HOST PORT QUORUM` line)",
+        "`sentinel monitor NAME HOST PORT QUORUM` line), and their password "
+        "(`?sentinel_password=`)",
     )
 
 

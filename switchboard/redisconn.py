@@ -213,10 +213,12 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             reason = str(exc)
             left = deadline - time.monotonic()
-            if left <= 0 or _lasting(reason):
+            lasting = _lasting(reason)
+            if left <= 0 or lasting:
+                temporary = wait > 0 and not lasting  # waited for: a restart may find it
                 if isinstance(exc, redis.sentinel.MasterNotFoundError):
-                    raise errors.redis_no_primary(url, reason) from exc
-                raise errors.redis_unreachable(url, reason) from exc
+                    raise errors.redis_no_primary(url, reason, temporary=temporary) from exc
+                raise errors.redis_unreachable(url, reason, temporary=temporary) from exc
             log.warning(
                 "redis_waiting",
                 url=errors.redact_url(url),

@@ -36,6 +36,7 @@ def add_dev(verbs: Any) -> None:
 
 def add_bot(verbs: Any) -> None:
     p = _verb(verbs, "bot", cmd_bot)
+    p.set_defaults(service=True)  # waits at start for Redis (SWITCHBOARD_REDIS_START_WAIT)
     p.add_argument("--http", action="store_true", help="serve /slack/events over HTTP")
     p.add_argument(
         "--port",
@@ -55,6 +56,7 @@ def add_bot(verbs: Any) -> None:
 
 def add_worker(verbs: Any) -> None:
     p = _verb(verbs, "worker", cmd_worker)
+    p.set_defaults(service=True)
     p.add_argument("--processes", type=positive, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--concurrency",
@@ -85,8 +87,13 @@ def add_chat(verbs: Any) -> None:
 
 
 def child_env(rt: Runtime, config: Config) -> dict[str, str]:
-    """Children reach the same Redis; an embedded server is shared through its socket."""
-    return {} if config.redis_url else {"REDIS_URL": url_of(rt.redis)}
+    """Children reach the same Redis; an embedded server is shared through its socket. It
+    runs already, and nobody restarts it: a child that cannot reach it says so at once, as
+    a configuration error (exit status 2 stops them all), not after a wait and again at
+    every restart."""
+    if config.redis_url:
+        return {}
+    return {"REDIS_URL": url_of(rt.redis), "SWITCHBOARD_REDIS_START_WAIT": "0"}
 
 
 def positive(text: str) -> int:

@@ -168,5 +168,6 @@ def test_the_sentinels_own_password_is_sent_to_them_and_never_logged(group, caps
     with pytest.raises(errors.ConfigError) as refused:  # no wait mends it: said at once
         connect(f"{url}?sentinel_password=wrong-one", wait=60)
     assert time.monotonic() - started < 15
+    assert not isinstance(refused.value, errors.RedisUnavailable)  # exit status 2, not 75
     assert "wrong-one" not in str(refused.value)
     assert "sentinel_password=***" in str(refused.value)

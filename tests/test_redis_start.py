@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.slack_server import FakeSlack
-from tests.support.processes import ROOT, SwitchboardProcess, WorkerProcess, worker_env
+from tests.support.processes import ROOT, SwitchboardProcess, WorkerProcess, marked, worker_env
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.runtime import wait_until
 
@@ -90,7 +90,7 @@ def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path
     # a command other than the bot and the workers does not wait: said at once
     env = worker_env(url, model_server.url, tmp_path)
     done = switchboard(env, "runs", "list", timeout=60)
-    assert done.returncode == 75 and "cannot reach Redis" in done.stderr
+    assert done.returncode == 2 and "cannot reach Redis" in done.stderr  # not waited for
     assert "redis_waiting" not in done.stderr
 
 
@@ -148,6 +148,37 @@ def test_a_worker_restarted_while_redis_is_down_is_restarted_again_not_the_group
     finally:
         workers.stop()
         server.stop()
+
+
+def test_workers_on_the_embedded_redis_stop_once_it_is_gone_not_restart_for_ever(
+    tmp_path: Path, model_server
+):
+    """The embedded Redis runs in the parent, and nothing restarts it: a child that cannot
+    reach it says so at once and stops the group (exit status 2), rather than wait, exit 75
+    and be restarted every 30 s for good, told to unset a REDIS_URL nobody set (found by
+    review)."""
+    import psutil
+
+    env = worker_env("", model_server.url, tmp_path)
+    env.pop("REDIS_URL")
+    log = tmp_path / "workers.log"
+    workers = SwitchboardProcess(env, log, "worker", "--processes", "2")
+    try:
+        wait_until(
+            lambda: log.read_text().count('"event": "worker_started"') == 2,
+            timeout=60,
+            what="both workers",
+        )
+        servers = [psutil.Process(pid) for pid in marked("", tmp_path / "data")]  # its folder
+        assert servers
+        for server in servers:
+            server.kill()
+        psutil.Process(workers.pid).children()[0].kill()
+        assert workers.wait(60) == 2  # the group stopped, with the child's one-line error
+    finally:
+        workers.stop()
+    text = log.read_text()
+    assert "stopped with a configuration error" in text and '"code": 75' not in text
 
 
 def test_a_refused_password_is_said_at_once_not_waited_on(tmp_path: Path, model_server):
