@@ -38,6 +38,10 @@ log = structlog.get_logger(__name__)
 
 LIFELINE_ENV = "SWITCHBOARD_LIFELINE"
 RESTART_BACKOFF = (0.5, 1, 2, 5, 10, 30)
+# A child that ran this long before it exited starts its back-off over: after an outage
+# (Redis down, and the child restarted into it a few times), a crash days later was
+# restarted only 30 s on
+STEADY_SECONDS = 60.0
 SERVICE_GRACE = 27.0  # a worker's own grace is 25 s; Kubernetes waits 30 s before SIGKILL
 KILL_AFTER = 3.0  # after the second SIGTERM
 KILL_AFTER_HURRY = 1.0  # ... when a person asked twice: "a second Ctrl-C stops at once"
@@ -55,6 +59,7 @@ class Child:
     proc: subprocess.Popen[bytes]
     restart_at: float | None = None
     restarts: int = field(default=0)
+    started: float = field(default_factory=time.monotonic)  # its last (re)start
 
     @property
     def alive(self) -> bool:
@@ -103,6 +108,7 @@ class Supervisor:
         child.restarts += 1
         child.restart_at = None
         child.proc = self._spawn(child.args, child.log)
+        child.started = time.monotonic()
         log.info("child_restarted", child=child.name, pid=child.proc.pid)
 
     @contextlib.contextmanager
@@ -141,6 +147,8 @@ class Supervisor:
                 self.stopping = True
                 return
             if child.restart_at is None:
+                if now - child.started >= STEADY_SECONDS:  # it ran steadily: not a crash loop
+                    child.restarts = 0
                 delay = RESTART_BACKOFF[min(child.restarts, len(RESTART_BACKOFF) - 1)]
                 log.warning("child_exited", child=child.name, code=code, restart_in=delay)
                 child.restart_at = now + delay

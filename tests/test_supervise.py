@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -146,3 +147,30 @@ def test_a_one_shot_command_on_the_embedded_redis_prints_only_its_answer_and_lea
         )
     finally:
         kill_marked(mark, tmp_path)
+
+
+def test_a_child_that_ran_steadily_starts_its_back_off_over(monkeypatch):
+    """A child that keeps exiting is restarted later each time (RESTART_BACKOFF); one that
+    ran a while first starts over from the shortest wait. The count was never reset: after
+    one outage that restarted a worker a few times, its crash days later waited 30 s."""
+    from structlog.testing import capture_logs
+
+    from switchboard import supervise
+
+    def delays(steady: float, exits: int) -> list[float]:
+        monkeypatch.setattr(supervise, "STEADY_SECONDS", steady)
+        sup = supervise.Supervisor()
+        child = sup.start("version", ["--version"])  # exits at once, every time
+        seen: list[float] = []
+        try:
+            with capture_logs() as logs:
+                while len(seen) < exits:
+                    sup._tend()  # as `watch` does, polling
+                    seen = [e["restart_in"] for e in logs if e["event"] == "child_exited"]
+                    time.sleep(0.02)
+        finally:
+            child.proc.wait(10)
+        return seen
+
+    assert delays(steady=3600, exits=3) == list(supervise.RESTART_BACKOFF[:3])  # a loop
+    assert delays(steady=0, exits=3) == [supervise.RESTART_BACKOFF[0]] * 3  # each ran long
