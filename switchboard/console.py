@@ -24,7 +24,7 @@ from approvals.edits import EditRefused
 from switchboard import errors
 from switchboard.edit_args import EditInputError, read_value
 from switchboard.render import event_line, grounding_note, plain, when
-from switchboard.supervise import CONFIG_EXIT, Supervisor, last_line, live_workers
+from switchboard.supervise import Supervisor, last_line, live_workers
 from worker import service
 from worker.events import Event, EventKind, is_run_end
 from worker.run import Requester, Run
@@ -98,8 +98,8 @@ class WorkerGuard:
         own = list(self.supervisor.children.values())
         dead = [child for child in own if not child.alive]
         for child in dead:
-            if child.proc.returncode == CONFIG_EXIT:
-                raise errors.worker_failed(CONFIG_EXIT, last_line(child.log))
+            if child.proc.returncode == errors.CONFIG_EXIT:
+                raise errors.worker_failed(errors.CONFIG_EXIT, last_line(child.log))
         if own and not dead:
             return None
         if not own and not self.always and live_workers(self.rt.queue):

@@ -32,7 +32,6 @@ import structlog
 from rq import Queue, Worker
 
 from switchboard import errors
-from switchboard.errors import CONFIG_EXIT
 
 log = structlog.get_logger(__name__)
 
@@ -133,7 +132,7 @@ class Supervisor:
                     self._tend()
                 time.sleep(0.1)
             self.stop()
-        return CONFIG_EXIT if self.failed else 0
+        return errors.CONFIG_EXIT if self.failed else 0
 
     def _tend(self) -> None:
         now = time.monotonic()
@@ -141,7 +140,7 @@ class Supervisor:
             code = child.proc.poll()
             if code is None or self.stopping:
                 continue
-            if code == CONFIG_EXIT:
+            if code == errors.CONFIG_EXIT:
                 self.failed = child.name
                 print(errors.child_failed(child.name), file=sys.stderr)
                 self.stopping = True

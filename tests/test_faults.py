@@ -241,6 +241,31 @@ def slack_worker_env(redis_url: str, model_url: str, tmp_path: Path, slack: Fake
     )
 
 
+def ended_unsaid(
+    rt: Runtime, slack: FakeSlack, model_server: Any, env: dict, tmp_path: Path, question: str
+) -> tuple[Any, str]:
+    """`question` asked in a thread of its own (the model answers it after 0.5 s); the worker
+    that ends its run killed while Slack is slow to take the answer: between the save and the
+    telling (its log: first.log). The run, as stored, and its thread."""
+    thread_ts = slack.add_message(CHANNEL, question)
+    origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
+    run = service.submit(rt, question, ALICE, origin=origin)
+    worker = WorkerProcess(env, tmp_path / "first.log")
+    try:
+        model_server.wait_for(lambda: any(question in str(r) for r in model_server.chat_requests))
+        for method in ("chat.postMessage", "chat.update"):  # every post of the ending
+            slack.slow(method, 60, times=40)
+        wait_until(lambda: rt.store.load(run.id).status.terminal, what="the run saved ended")
+        worker.kill9()
+    finally:
+        worker.stop()
+    return rt.store.load(run.id), thread_ts
+
+
+def posted(slack: FakeSlack, thread_ts: str, text: str) -> list[dict]:
+    return [m for m in slack.thread(CHANNEL, thread_ts) if text in str(m)]
+
+
 def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_said_once(
     redis_conn, redis_url, model_server, tmp_path
 ):
@@ -248,32 +273,19 @@ def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_s
     while Slack is slow to take the answer), the run was ended in Redis and never said: the
     worker that took it again found it ended and posted nothing. The next worker posts the
     answer, once."""
-    answer = "The printer on floor 2 is back."
+    question, answer = "Is the printer on floor 2 back?", "The printer on floor 2 is back."
     model_server.route("floor 2", [Turn(answer, delay=0.5)])
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
     with FakeSlack() as slack:
-        thread_ts = slack.add_message(CHANNEL, "Is the printer on floor 2 back?")
-        origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
         env = slack_worker_env(redis_url, model_server.url, tmp_path, slack)
-        first = WorkerProcess(env, tmp_path / "first.log")
-        try:
-            run = service.submit(rt, "Is the printer on floor 2 back?", ALICE, origin=origin)
-            model_server.wait_for(
-                lambda: any("floor 2" in str(r) for r in model_server.chat_requests)
-            )
-            for method in ("chat.postMessage", "chat.update"):  # every post of the ending
-                slack.slow(method, 60, times=20)
-            wait_until(lambda: rt.store.load(run.id).status.terminal, what="the run saved ended")
-            first.kill9()  # between the save and the answer
-        finally:
-            first.stop()
-        assert rt.store.load(run.id).status == RunStatus.COMPLETED
-        assert not [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+        run, thread_ts = ended_unsaid(rt, slack, model_server, env, tmp_path, question)
+        assert run.status == RunStatus.COMPLETED
+        assert not posted(slack, thread_ts, answer)
         slack.fast()
         second = WorkerProcess(env, tmp_path / "second.log")
         try:
             wait_until(
-                lambda: [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)],
+                lambda: posted(slack, thread_ts, answer),
                 timeout=RECOVERY_BOUND,
                 what="the answer in the thread",
             )
@@ -283,7 +295,7 @@ def test_a_worker_killed_between_saving_a_run_as_ended_and_saying_it_leaves_it_s
             )
         finally:
             second.stop()
-        answers = [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+        answers = posted(slack, thread_ts, answer)
     assert len(answers) == 1  # before: none
     assert "run_said_late" in (tmp_path / "second.log").read_text()
 
@@ -296,25 +308,12 @@ def test_a_worker_killed_while_saying_a_run_late_leaves_it_to_the_next(
     the next worker found nothing to say, and the thread was never told (the chaos soak,
     seed 51: a worker killed under a Redis failover). The mark is held for a while, not
     taken: once that lapses, the next worker says it, once."""
-    answer = "The projector in room 4 works again."
+    question, answer = "Does the projector in room 4 work?", "The projector in room 4 works again."
     model_server.route("room 4", [Turn(answer, delay=0.5)])
     rt = make_runtime(redis_conn, model_server.url, lease_seconds=LEASE)
     with FakeSlack() as slack:
-        thread_ts = slack.add_message(CHANNEL, "Does the projector in room 4 work?")
-        origin = {"surface": "slack", "channel": CHANNEL, "thread_ts": thread_ts, "team": "T0001"}
         env = slack_worker_env(redis_url, model_server.url, tmp_path, slack)
-        run = service.submit(rt, "Does the projector in room 4 work?", ALICE, origin=origin)
-        first = WorkerProcess(env, tmp_path / "first.log")  # ends it, then Slack is slow
-        try:
-            model_server.wait_for(
-                lambda: any("room 4" in str(r) for r in model_server.chat_requests)
-            )
-            for method in ("chat.postMessage", "chat.update"):  # every post of the ending
-                slack.slow(method, 60, times=40)
-            wait_until(lambda: rt.store.load(run.id).status.terminal, what="the run saved ended")
-            first.kill9()
-        finally:
-            first.stop()
+        run, thread_ts = ended_unsaid(rt, slack, model_server, env, tmp_path, question)
         second = WorkerProcess(env, tmp_path / "second.log")  # the late teller
         try:
             said = tmp_path / "second.log"
@@ -322,19 +321,19 @@ def test_a_worker_killed_while_saying_a_run_late_leaves_it_to_the_next(
             second.kill9()  # before Slack took the answer
         finally:
             second.stop()
-        assert not [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+        assert not posted(slack, thread_ts, answer)
         slack.fast()
         third = WorkerProcess(env, tmp_path / "third.log")
         try:
             wait_until(
-                lambda: [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)],
+                lambda: posted(slack, thread_ts, answer),
                 timeout=RECOVERY_BOUND + 2 * LEASE,
                 what="the answer in the thread",
             )
             wait_until(lambda: not redis_conn.exists(rt.store.keys.untold(run.id)), what="said")
         finally:
             third.stop()
-        answers = [m for m in slack.thread(CHANNEL, thread_ts) if answer in str(m)]
+        answers = posted(slack, thread_ts, answer)
     assert len(answers) == 1  # before: none
 
 
