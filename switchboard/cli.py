@@ -102,13 +102,18 @@ def run(args: argparse.Namespace) -> int:
             traceback.print_exc()
         print(f"switchboard: {exc}", file=sys.stderr)
         return exit_status(exc)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MasterDownError) as exc:
         if args.debug:
             traceback.print_exc()
         # Redis answered the start-up check, then failed: for a service that waits for it,
         # a restart may find it back
         waits = config.redis_start_wait > 0 and getattr(args, "service", False)
-        problem = errors.redis_unreachable(config.redis_url, str(exc), temporary=waits)
+        said = (
+            errors.redis_primary_down
+            if isinstance(exc, redis.exceptions.MasterDownError)
+            else errors.redis_unreachable
+        )
+        problem = said(config.redis_url, str(exc), temporary=waits)
         print(f"switchboard: {problem}", file=sys.stderr)
         return exit_status(problem)
     except KeyboardInterrupt:

@@ -148,6 +148,16 @@ def redis_no_primary(url: str, reason: str, *, temporary: bool = False) -> Confi
     )
 
 
+def redis_primary_down(url: str, reason: str, *, temporary: bool = False) -> ConfigError:
+    kind = RedisUnavailable if temporary else ConfigError
+    return kind(
+        f"Redis is a replica whose primary is down: {reason}",
+        f"REDIS_URL={redact_url(url)}",
+        "point REDIS_URL at the primary, or at its Sentinels (redis+sentinel://HOST:26379/"
+        "SERVICE/0) so that a failover is followed",
+    )
+
+
 def redis_url_required() -> ConfigError:
     return ConfigError(
         "REDIS_URL is not set, and SWITCHBOARD_REQUIRE_REDIS_URL refuses the embedded Redis",
@@ -172,6 +182,16 @@ def redis_refused(url: str, reason: str) -> ConfigError:
         f"Redis refused the connection: {reason}",
         f"REDIS_URL={redact_url(url)}",
         "put the right user and password in the URL: redis://USER:PASSWORD@HOST:6379/0",
+    )
+
+
+def redis_not_permitted(url: str, reason: str) -> ConfigError:
+    return ConfigError(
+        f"Redis refused a command to this user: {reason}",
+        f"REDIS_URL={redact_url(url)}",
+        "let the URL's user run every command on every key and channel: "
+        "ACL SETUSER USER on >PASSWORD ~* &* +@all (Switchboard and RQ use strings, lists, "
+        "sorted sets, hashes, scripts and pub/sub)",
     )
 
 

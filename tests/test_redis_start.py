@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.fakes.slack_server import FakeSlack
 from tests.support.processes import ROOT, SwitchboardProcess, WorkerProcess, marked, worker_env
@@ -190,3 +191,64 @@ def test_a_refused_password_is_said_at_once_not_waited_on(tmp_path: Path, model_
         server.stop()
     assert done.returncode == 2 and "redis_waiting" not in done.stderr, done.stderr
     assert "wrong" not in done.stderr.rstrip().splitlines()[-1]
+
+
+def test_a_user_the_acl_does_not_let_ping_is_said_at_once_not_waited_on(
+    tmp_path: Path, model_server
+):
+    """An ACL user without PING: redis-py's NoPermissionError is a ResponseError, and it
+    was printed as a traceback (found by review)."""
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    secret = "acl-user-secret-0123"
+    try:
+        admin = redis.Redis(unix_socket_path=server.socket, password=PASSWORD)
+        admin.acl_setuser(
+            "noping",
+            enabled=True,
+            passwords=[f"+{secret}"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-ping"],
+        )
+        admin.close()
+        url = f"redis://noping:{secret}@127.0.0.1:{server.port}/0"
+        env = worker_env(url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="60")
+        done = switchboard(env, "worker", timeout=60)
+    finally:
+        server.stop()
+    assert done.returncode == 2 and "redis_waiting" not in done.stderr, done.stderr
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("switchboard: Redis refused a command to this user"), done.stderr
+    assert "Traceback" not in done.stderr and secret not in done.stderr
+
+
+def test_a_replica_that_lost_its_primary_is_waited_for_and_found_once_promoted(
+    tmp_path: Path, model_server
+):
+    """A replica that serves no stale data answers MASTERDOWN until its primary is back or
+    it is promoted: a failover in progress, waited for like one; it was printed as a
+    traceback and never waited for (found by review)."""
+    server = RedisServer(tmp_path / "redis").start()
+    admin = redis.Redis(unix_socket_path=server.socket)
+    try:
+        admin.config_set("replica-serve-stale-data", "no")
+        admin.replicaof("127.0.0.1", free_port())  # a primary that is down
+        env = worker_env(server.url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="1")
+        done = switchboard(env, "worker", timeout=60)
+        assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a restart may find it
+        last = done.stderr.rstrip().splitlines()[-1]
+        assert last.startswith("switchboard: Redis is a replica whose primary is down"), last
+        assert "MASTER is down" in last and "Traceback" not in done.stderr
+
+        env["SWITCHBOARD_REDIS_START_WAIT"] = "300"
+        worker = WorkerProcess(env, tmp_path / "worker.log")
+        try:
+            wait_until(lambda: logged(worker.log, "redis_waiting"), timeout=60)
+            assert worker.proc.poll() is None  # still waiting, not gone
+            admin.replicaof("NO", "ONE")  # promoted
+            wait_until(lambda: logged(worker.log, "worker_started"), timeout=60)
+        finally:
+            worker.stop()
+    finally:
+        admin.close()
+        server.stop()
