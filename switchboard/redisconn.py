@@ -119,7 +119,29 @@ class PrimaryMoved(redis.ConnectionError):
     READONLY): the command did not run, so it is safe to send it again, to the new one."""
 
 
-class FollowPrimary(redis.sentinel.SentinelManagedConnection):
+class LeaveDemoted:
+    """Mixed into a connection class: a server that is no longer the primary is left, and
+    its error raised as `PrimaryMoved`, which the client's retry sends again on a new
+    connection (see `sentinel_primary`)."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ConnectionError as exc:
+            if isinstance(exc, PrimaryMoved) or str(exc) != DEMOTED:
+                raise
+            raise PrimaryMoved(str(exc)) from exc
+        except redis.ResponseError as exc:
+            # A blocking command (RQ's dequeue) on a primary being demoted is woken with
+            # UNBLOCKED: it took nothing, and RQ's slot quit on it ("found an unhandled
+            # exception, quitting"). Sent again, it waits on the new primary.
+            if not str(exc).startswith(UNBLOCKED):
+                raise
+            self.disconnect()  # type: ignore[attr-defined]
+            raise PrimaryMoved(str(exc)) from exc
+
+
+class FollowPrimary(LeaveDemoted, redis.sentinel.SentinelManagedConnection):
     """A Sentinel-managed connection that asks where the primary is whenever it reconnects,
     and whose demoted-primary error is its own class, so that exactly that error, and no
     other, is retried (see `sentinel_primary`)."""
@@ -131,22 +153,6 @@ class FollowPrimary(redis.sentinel.SentinelManagedConnection):
         if not self._sock:
             self.connect()
         super().send_packed_command(command, check_health)
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().read_response(*args, **kwargs)
-        except redis.ConnectionError as exc:
-            if isinstance(exc, PrimaryMoved) or str(exc) != DEMOTED:
-                raise
-            raise PrimaryMoved(str(exc)) from exc
-        except redis.ResponseError as exc:
-            # A blocking command (RQ's dequeue) on a primary being demoted is woken with
-            # UNBLOCKED: it took nothing, and RQ's slot quit on it ("found an unhandled
-            # exception, quitting"). Sent again, it waits on the new primary.
-            if not str(exc).startswith(UNBLOCKED):
-                raise
-            self.disconnect()
-            raise PrimaryMoved(str(exc)) from exc
 
 
 DEMOTED = "The previous master is now a slave"  # redis-py's words, redis/sentinel.py
