@@ -81,7 +81,10 @@ def connect(
 def _client(url: str, options: dict[str, Any]) -> redis.Redis:
     if sentinel_url.is_sentinel(url):
         return sentinel_primary(sentinel_url.parse(url), options)
-    return Client.from_url(url, **options)
+    kind = redis.connection.parse_url(url).get("connection_class", redis.Connection)
+    return Client.from_url(
+        url, connection_class=LEAVES_DEMOTED.get(kind, kind), retry=RETRY_MOVED, **options
+    )
 
 
 class AnyServerScript(redis.commands.core.Script):
@@ -122,7 +125,15 @@ class PrimaryMoved(redis.ConnectionError):
 class LeaveDemoted:
     """Mixed into a connection class: a server that is no longer the primary is left, and
     its error raised as `PrimaryMoved`, which the client's retry sends again on a new
-    connection (see `sentinel_primary`)."""
+    connection (see `RETRY_MOVED`); past those retries, callers take it as they take a
+    Redis restart (a connection error).
+
+    With a plain URL this is how a managed Redis fails over (ElastiCache, Memorystore,
+    Azure): its DNS name is moved to the promoted replica and the old primary is demoted,
+    but a connection stays with the server it was opened to, and every write on it was
+    answered READONLY, for good: RQ's dequeue quit its slot, and a save failed its run. A
+    new connection resolves the name again. What answered READONLY did not run: a replica
+    runs no write, and a script stops at its first one (Redis 6 says so as a script error)."""
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -132,13 +143,43 @@ class LeaveDemoted:
                 raise
             raise PrimaryMoved(str(exc)) from exc
         except redis.ResponseError as exc:
-            # A blocking command (RQ's dequeue) on a primary being demoted is woken with
-            # UNBLOCKED: it took nothing, and RQ's slot quit on it ("found an unhandled
-            # exception, quitting"). Sent again, it waits on the new primary.
-            if not str(exc).startswith(UNBLOCKED):
+            # READONLY: a write on a demoted primary. UNBLOCKED: a blocking command (RQ's
+            # dequeue) on a primary being demoted is woken with it; it took nothing, and
+            # RQ's slot quit on it ("found an unhandled exception, quitting"). Sent again,
+            # each goes to the new primary.
+            if not demoted(exc):
                 raise
             self.disconnect()  # type: ignore[attr-defined]
             raise PrimaryMoved(str(exc)) from exc
+
+
+def demoted(exc: redis.ResponseError) -> bool:
+    """The server answering is a replica now (or is becoming one)."""
+    text = str(exc)
+    return (
+        isinstance(exc, redis.exceptions.ReadOnlyError)
+        or text.startswith(UNBLOCKED)
+        or READONLY_IN_SCRIPT in text
+    )
+
+
+class PlainConnection(LeaveDemoted, redis.Connection):
+    """redis://: a connection that leaves a demoted primary (`LeaveDemoted`)."""
+
+
+class PlainSSLConnection(LeaveDemoted, redis.SSLConnection):
+    """rediss://: a connection that leaves a demoted primary (`LeaveDemoted`)."""
+
+
+class PlainUnixConnection(LeaveDemoted, redis.UnixDomainSocketConnection):
+    """unix://: a connection that leaves a demoted primary (`LeaveDemoted`)."""
+
+
+LEAVES_DEMOTED: dict[type[redis.connection.AbstractConnection], type[LeaveDemoted]] = {
+    redis.Connection: PlainConnection,
+    redis.SSLConnection: PlainSSLConnection,
+    redis.UnixDomainSocketConnection: PlainUnixConnection,
+}
 
 
 class FollowPrimary(LeaveDemoted, redis.sentinel.SentinelManagedConnection):
@@ -157,6 +198,9 @@ class FollowPrimary(LeaveDemoted, redis.sentinel.SentinelManagedConnection):
 
 DEMOTED = "The previous master is now a slave"  # redis-py's words, redis/sentinel.py
 UNBLOCKED = "UNBLOCKED force unblock from blocking operation, instance state changed"
+READONLY_IN_SCRIPT = "READONLY You can't write against a read only"  # Redis 6: "-READONLY"
+# A demoted primary's command sent again on a new connection, a little later each time
+RETRY_MOVED = Retry(ExponentialBackoff(cap=1.0, base=0.05), 3, supported_errors=(PrimaryMoved,))
 
 
 def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -> redis.Redis:
@@ -184,7 +228,7 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
         where.service,
         redis_class=Client,
         connection_class=FollowPrimary,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3, supported_errors=(PrimaryMoved,)),
+        retry=RETRY_MOVED,
         db=where.db,
         username=where.username,
         password=where.password,

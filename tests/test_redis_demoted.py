@@ -1,0 +1,87 @@
+"""A plain REDIS_URL whose server is demoted to a replica under a run: how a managed Redis
+(ElastiCache, Memorystore, Azure) fails over. Its DNS name moves to the promoted replica,
+but open connections stay with the old primary, which answers every write READONLY. The
+workers leave such a connection (a new one resolves the name again) and take the answer as
+Redis being unavailable for now: the run in flight goes on from its last save once a
+primary answers; before, its save failed it and RQ's slot quit. Here the server is demoted
+and then promoted again, so the URL leads to a primary again, as the moved name would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from switchboard.redisconn import PrimaryMoved, connect
+from tests.fakes.openai_server import Turn
+from tests.support.processes import WorkerProcess, worker_env
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.runtime import ALICE, make_runtime, wait_until
+from worker import service
+from worker.run import RunStatus
+
+pytestmark = pytest.mark.slow
+
+
+def logged(log: Path, event: str) -> bool:
+    return log.exists() and f'"event": "{event}"' in log.read_text()
+
+
+def test_a_run_whose_primary_is_demoted_under_it_goes_on_once_a_primary_answers(
+    tmp_path: Path, model_server
+):
+    server = RedisServer(tmp_path / "redis").start()
+    admin = redis.Redis(unix_socket_path=server.socket)
+    conn = connect(server.url)
+    question = "what does the demoted primary say"
+    model_server.route(question, [Turn(text="the answer", delay=1.5)])
+    env = worker_env(server.url, model_server.url, tmp_path)
+    worker = WorkerProcess(env, tmp_path / "worker.log", "--concurrency", "2")
+    try:
+        rt = make_runtime(conn, model_server.url)
+        run = service.submit(rt, question, ALICE)
+        model_server.wait_for(lambda: any(question in str(r) for r in model_server.chat_requests))
+        # demoted: a replica of a primary that is not there (it keeps its data, and reads)
+        admin.replicaof("127.0.0.1", free_port())
+        with pytest.raises(PrimaryMoved):  # a write, after the retries on new connections
+            conn.set("sb:test:write", "1")
+        wait_until(lambda: logged(worker.log, "advance_interrupted"), timeout=60)
+        assert rt.store.load(run.id).status == RunStatus.RUNNING  # as last saved, not failed
+        admin.replicaof("NO", "ONE")  # a primary answers at the URL again
+
+        def ended() -> bool:
+            return rt.store.load(run.id).status.terminal
+
+        wait_until(ended, timeout=60, what="the run to end")
+        done = rt.store.load(run.id)
+        assert done.status == RunStatus.COMPLETED and done.answer == "the answer", done
+        assert worker.proc.poll() is None  # the worker carried on: not quit, not restarted
+        assert not logged(worker.log, "advance_failed")
+    finally:
+        worker.stop()
+        admin.replicaof("NO", "ONE")
+        admin.close()
+        conn.close()
+        server.stop()
+
+
+def test_other_errors_of_a_primary_are_raised_as_they_are_not_taken_for_a_demotion(
+    tmp_path: Path,
+):
+    server = RedisServer(tmp_path / "redis").start()
+    conn = connect(server.url)
+    try:
+        conn.set("sb:test:text", "v")
+        for command in (
+            lambda: conn.lpush("sb:test:text", "1"),
+            lambda: conn.eval("return redis.call('LPUSH', KEYS[1], 1)", 1, "sb:test:text"),
+            lambda: conn.eval("return redis.error_reply('ERR READONLY, a word of its own')", 0),
+        ):
+            with pytest.raises(redis.ResponseError) as raised:
+                command()
+            assert not isinstance(raised.value, PrimaryMoved | redis.ConnectionError)
+        assert conn.get("sb:test:text") == b"v"  # the connection still serves
+    finally:
+        conn.close()
+        server.stop()
