@@ -102,18 +102,15 @@ def run(args: argparse.Namespace) -> int:
             traceback.print_exc()
         print(f"switchboard: {exc}", file=sys.stderr)
         return exit_status(exc)
-    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MasterDownError) as exc:
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
         if args.debug:
             traceback.print_exc()
+        from switchboard.redisconn import unavailable
+
         # Redis answered the start-up check, then failed: for a service that waits for it,
         # a restart may find it back
         waits = config.redis_start_wait > 0 and getattr(args, "service", False)
-        said = (
-            errors.redis_primary_down
-            if isinstance(exc, redis.exceptions.MasterDownError)
-            else errors.redis_unreachable
-        )
-        problem = said(config.redis_url, str(exc), temporary=waits)
+        problem = unavailable(config.redis_url, exc, temporary=waits)
         print(f"switchboard: {problem}", file=sys.stderr)
         return exit_status(problem)
     except KeyboardInterrupt:

@@ -111,10 +111,41 @@ class AnyServerScript(redis.commands.core.Script):
 
 
 class Client(redis.Redis):
-    """redis.Redis whose scripts run wherever their command lands (`AnyServerScript`)."""
+    """redis.Redis whose scripts run wherever their command lands (`AnyServerScript`), and
+    whose pipelines send a command again only where that repeats nothing (`Batch`)."""
 
     def register_script(self, script: Any) -> AnyServerScript:
         return AnyServerScript(self, script)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> redis.client.Pipeline:
+        return Batch(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+class Batch(redis.client.Pipeline):
+    """A pipeline that sends itself again after a demoted primary's answer (`PrimaryMoved`)
+    only as a transaction with no key watched, which runs whole or not at all. Otherwise the
+    answer is raised as a connection error, as an outage is:
+    - commands that are not a transaction ran one by one, and those before the refused one
+      may have run (a demotion can fall between two reads of a long batch): sent again,
+      they ran twice (found by review: an INCR counted twice);
+    - with keys watched, redis-py turns what it would send again into WatchError, which
+      RQ's job bookkeeping retries at once, without a pause: 2,683 new connections in 2 s
+      to a demoted primary (found by review)."""
+
+    def _disconnect_raise_on_watching(self, conn: Any, error: Exception, *args: Any) -> None:
+        self._not_again(conn, error)
+        super()._disconnect_raise_on_watching(conn, error, *args)
+
+    def _disconnect_reset_raise_on_watching(self, conn: Any, error: Exception, *args: Any) -> None:
+        self._not_again(conn, error)
+        super()._disconnect_reset_raise_on_watching(conn, error, *args)
+
+    def _not_again(self, conn: Any, error: Exception) -> None:
+        whole = (self.transaction or self.explicit_transaction) and not self.watching
+        if isinstance(error, PrimaryMoved) and not whole:
+            conn.disconnect()
+            self.reset()  # its watches are gone with the connection
+            raise redis.ConnectionError(str(error)) from error  # not PrimaryMoved: not retried
 
 
 class PrimaryMoved(redis.ConnectionError):
@@ -133,7 +164,23 @@ class LeaveDemoted:
     but a connection stays with the server it was opened to, and every write on it was
     answered READONLY, for good: RQ's dequeue quit its slot, and a save failed its run. A
     new connection resolves the name again. What answered READONLY did not run: a replica
-    runs no write, and a script stops at its first one (Redis 6 says so as a script error)."""
+    runs no write, and a script stops at its first one (Redis 6 says so as a script error);
+    a pipeline is sent again only where that repeats nothing (`Batch`).
+
+    The process's other connections, opened before, may still be with the old server and
+    only read there, stale for as long as it lags, or for good where it cannot reach the
+    new primary (found by review): each is opened again when the pool next hands it out."""
+
+    _opened_after = 0  # how many demotions the process had seen when this one was opened
+
+    def connect(self) -> None:
+        # the pool calls this as it hands a connection out; a command on a connection it
+        # holds (a transaction's, with its watches) never drops it here
+        if self._sock is not None and self._opened_after != Demotions.seen:  # type: ignore[attr-defined]
+            self.disconnect()  # type: ignore[attr-defined]
+        if self._sock is None:  # type: ignore[attr-defined]
+            self._opened_after = Demotions.seen
+        super().connect()  # type: ignore[misc]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -141,23 +188,29 @@ class LeaveDemoted:
         except redis.ConnectionError as exc:
             if isinstance(exc, PrimaryMoved) or str(exc) != DEMOTED:
                 raise
+            Demotions.seen += 1
             raise PrimaryMoved(str(exc)) from exc
         except redis.ResponseError as exc:
-            # READONLY: a write on a demoted primary. UNBLOCKED: a blocking command (RQ's
-            # dequeue) on a primary being demoted is woken with it; it took nothing, and
-            # RQ's slot quit on it ("found an unhandled exception, quitting"). Sent again,
-            # each goes to the new primary.
+            # READONLY: a write on a demoted primary. MASTERDOWN: a replica that lost its
+            # primary. UNBLOCKED: a blocking command (RQ's dequeue) on a primary being
+            # demoted is woken with it; it took nothing, and RQ's slot quit on it ("found an
+            # unhandled exception, quitting"). Sent again, each goes to the new primary.
             if not demoted(exc):
                 raise
+            Demotions.seen += 1
             self.disconnect()  # type: ignore[attr-defined]
             raise PrimaryMoved(str(exc)) from exc
 
 
+class Demotions:
+    seen = 0  # demoted primaries this process's connections met (a race only reopens one more)
+
+
 def demoted(exc: redis.ResponseError) -> bool:
-    """The server answering is a replica now (or is becoming one)."""
+    """The server answering is not a primary now (or is becoming a replica)."""
     text = str(exc)
     return (
-        isinstance(exc, redis.exceptions.ReadOnlyError)
+        isinstance(exc, (redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError))
         or text.startswith(UNBLOCKED)
         or READONLY_IN_SCRIPT in text
     )
@@ -260,19 +313,15 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
             raise errors.redis_refused(url, str(exc)) from exc
         except redis.exceptions.NoPermissionError as exc:  # an ACL user without PING
             raise errors.redis_not_permitted(url, str(exc)) from exc
-        except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.MasterDownError) as exc:
-            # MASTERDOWN: a replica that lost its primary (and serves no stale data) until
-            # the primary is back or the replica is promoted
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # and MASTERDOWN (as PrimaryMoved): a replica that lost its primary (and serves
+            # no stale data) until the primary is back or the replica is promoted
             reason = str(exc)
             left = deadline - time.monotonic()
             lasting = _lasting(reason)
             if left <= 0 or lasting:
                 temporary = wait > 0 and not lasting  # waited for: a restart may find it
-                if isinstance(exc, redis.sentinel.MasterNotFoundError):
-                    raise errors.redis_no_primary(url, reason, temporary=temporary) from exc
-                if isinstance(exc, redis.exceptions.MasterDownError):
-                    raise errors.redis_primary_down(url, reason, temporary=temporary) from exc
-                raise errors.redis_unreachable(url, reason, temporary=temporary) from exc
+                raise unavailable(url, exc, temporary=temporary) from exc
             log.warning(
                 "redis_waiting",
                 url=errors.redact_url(url),
@@ -292,6 +341,17 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
 
 
 PROBE_KEY = "sb:probe"  # read at start-up, never written
+
+
+def unavailable(url: str, exc: Exception, *, temporary: bool) -> errors.ConfigError:
+    """What to say of a Redis that did not answer as a primary (`temporary`: a service
+    waited for it, and a restart may find it back)."""
+    reason = str(exc)
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        return errors.redis_no_primary(url, reason, temporary=temporary)
+    if isinstance(exc.__cause__, redis.exceptions.MasterDownError):
+        return errors.redis_primary_down(url, reason, temporary=temporary)
+    return errors.redis_unreachable(url, reason, temporary=temporary)
 
 
 # What no wait mends: a password the Sentinels refuse (said inside their "no primary"), a
