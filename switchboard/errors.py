@@ -148,13 +148,14 @@ def redis_no_primary(url: str, reason: str, *, temporary: bool = False) -> Confi
     )
 
 
-def redis_primary_down(url: str, reason: str, *, temporary: bool = False) -> ConfigError:
+def redis_replica(url: str, reason: str, *, temporary: bool = False) -> ConfigError:
     kind = RedisUnavailable if temporary else ConfigError
     return kind(
-        f"Redis is a replica whose primary is down: {reason}",
+        f"Redis is a replica, not the primary: {reason}",
         f"REDIS_URL={redact_url(url)}",
-        "point REDIS_URL at the primary, or at its Sentinels (redis+sentinel://HOST:26379/"
-        "SERVICE/0) so that a failover is followed",
+        "point REDIS_URL at the primary (a managed Redis's primary endpoint, not its reader "
+        "endpoint), or at its Sentinels (redis+sentinel://HOST:26379/SERVICE/0) so that a "
+        "failover is followed",
     )
 
 

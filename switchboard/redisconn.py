@@ -290,13 +290,13 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
 
 
 def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) -> None:
-    """A PING and a read, on a client `probe(seconds)` gives (its answer awaited that long), its
-    failures said as configuration problems. One that may pass (nothing answers yet, a
-    connection closed or timed out, `LOADING`, no primary named during a failover) is asked
-    again, a little less often each time, for `wait` seconds, each try logged
-    (`redis_waiting`), as is a replica that lost its primary (`MASTERDOWN`); a refused
-    password (the server's or the Sentinels'), a user the server's ACL does not let PING,
-    a certificate not trusted or a database the server lacks is said at once."""
+    """A PING, a read and ROLE, on a client `probe(seconds)` gives (its answer awaited that
+    long), its failures said as configuration problems. One that may pass (nothing answers
+    yet, a connection closed or timed out, `LOADING`, no primary named during a failover, a
+    replica: a failover's DNS name not moved yet) is asked again, a little less often each
+    time, for `wait` seconds, each try logged (`redis_waiting`); a refused password (the
+    server's or the Sentinels'), a user the server's ACL does not let PING, a certificate
+    not trusted or a database the server lacks is said at once."""
     deadline = time.monotonic() + wait
     pause = 0.25
     while True:
@@ -306,8 +306,10 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
         try:
             client.ping()
             # and a read: Redis 6 lets a replica that lost its primary answer PING, and only
-            # its first read said MASTERDOWN
+            # its first read said MASTERDOWN (where ROLE below may not be asked)
             client.exists(PROBE_KEY)
+            if _replica(client):  # a reader endpoint: its reads pass, every write failed
+                raise AReplica("it answers ROLE as a replica")
             return
         except redis.AuthenticationError as exc:
             raise errors.redis_refused(url, str(exc)) from exc
@@ -343,14 +345,25 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
 PROBE_KEY = "sb:probe"  # read at start-up, never written
 
 
+class AReplica(PrimaryMoved):
+    """Found at start-up: the server is a replica, not the primary."""
+
+
+def _replica(client: redis.Redis) -> bool:
+    try:
+        return bool(client.role()[0] in (b"slave", "slave"))
+    except redis.ResponseError:  # not ours to ask (ACL: -@admin or -@dangerous): not known
+        return False
+
+
 def unavailable(url: str, exc: Exception, *, temporary: bool) -> errors.ConfigError:
     """What to say of a Redis that did not answer as a primary (`temporary`: a service
     waited for it, and a restart may find it back)."""
     reason = str(exc)
     if isinstance(exc, redis.sentinel.MasterNotFoundError):
         return errors.redis_no_primary(url, reason, temporary=temporary)
-    if isinstance(exc.__cause__, redis.exceptions.MasterDownError):
-        return errors.redis_primary_down(url, reason, temporary=temporary)
+    if isinstance(exc, AReplica) or isinstance(exc.__cause__, redis.exceptions.MasterDownError):
+        return errors.redis_replica(url, reason, temporary=temporary)
     return errors.redis_unreachable(url, reason, temporary=temporary)
 
 

@@ -237,7 +237,7 @@ def test_a_replica_that_lost_its_primary_is_waited_for_and_found_once_promoted(
         done = switchboard(env, "worker", timeout=60)
         assert done.returncode == 75, done.stderr  # EX_TEMPFAIL: a restart may find it
         last = done.stderr.rstrip().splitlines()[-1]
-        assert last.startswith("switchboard: Redis is a replica whose primary is down"), last
+        assert last.startswith("switchboard: Redis is a replica, not the primary"), last
         assert "MASTER is down" in last and "Traceback" not in done.stderr
 
         env["SWITCHBOARD_REDIS_START_WAIT"] = "300"
@@ -252,3 +252,44 @@ def test_a_replica_that_lost_its_primary_is_waited_for_and_found_once_promoted(
     finally:
         admin.close()
         server.stop()
+
+
+def test_a_url_that_leads_to_a_replica_is_said_and_one_that_may_not_ask_role_is_not_refused(
+    tmp_path: Path, model_server
+):
+    """A reader endpoint, or a failover's name not moved yet: a healthy replica answers
+    PING and reads, and a worker started on it failed every write, slot after slot, never
+    saying why (found by review). ROLE is asked at start: a replica is waited for as a
+    failover is, then said. A user whose ACL refuses ROLE is not refused for that."""
+    primary = RedisServer(tmp_path / "primary", password=PASSWORD).start()
+    replica = RedisServer(tmp_path / "replica", password=PASSWORD).start()
+    admin = redis.Redis(unix_socket_path=replica.socket, password=PASSWORD)
+    secret = "role-less-secret-0123"
+    try:
+        admin.config_set("masterauth", PASSWORD)
+        admin.replicaof("127.0.0.1", primary.port)
+        wait_until(lambda: admin.info("replication")["master_link_status"] == "up", timeout=30)
+        env = worker_env(replica.url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="1")
+        done = switchboard(env, "worker", timeout=60)
+        assert done.returncode == 75, done.stderr  # waited for: the name may yet move
+        last = done.stderr.rstrip().splitlines()[-1]
+        assert last.startswith("switchboard: Redis is a replica, not the primary"), last
+        assert PASSWORD not in done.stderr
+
+        primary_admin = redis.Redis(unix_socket_path=primary.socket, password=PASSWORD)
+        primary_admin.acl_setuser(
+            "noroles",
+            enabled=True,
+            passwords=[f"+{secret}"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-role"],
+        )
+        primary_admin.close()
+        url = f"redis://noroles:{secret}@127.0.0.1:{primary.port}/0"
+        done = switchboard(worker_env(url, model_server.url, tmp_path), "runs", "list", timeout=60)
+        assert done.returncode == 0, done.stderr  # ROLE refused: not known, not a failure
+    finally:
+        admin.close()
+        replica.stop()
+        primary.stop()
