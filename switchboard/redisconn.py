@@ -178,9 +178,12 @@ class LeaveDemoted:
         # holds (a transaction's, with its watches) never drops it here
         if self._sock is not None and self._opened_after != Demotions.seen:  # type: ignore[attr-defined]
             self.disconnect()  # type: ignore[attr-defined]
-        if self._sock is None:  # type: ignore[attr-defined]
-            self._opened_after = Demotions.seen
         super().connect()  # type: ignore[misc]
+
+    def _connect(self) -> Any:
+        # every socket is opened here, a retry's too (which does not pass by connect())
+        self._opened_after = Demotions.seen
+        return super()._connect()  # type: ignore[misc]
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -308,7 +311,10 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
             # and a read: Redis 6 lets a replica that lost its primary answer PING, and only
             # its first read said MASTERDOWN (where ROLE below may not be asked)
             client.exists(PROBE_KEY)
-            if _replica(client):  # a reader endpoint: its reads pass, every write failed
+            # a reader endpoint: its reads pass, every write failed. Not asked through
+            # Sentinels: one that lags names the demoted primary for a moment after a
+            # failover, and writes follow the new one (found by review)
+            if not sentinel_url.is_sentinel(url) and _replica(client):
                 raise AReplica("it answers ROLE as a replica")
             return
         except redis.AuthenticationError as exc:
@@ -351,9 +357,10 @@ class AReplica(PrimaryMoved):
 
 def _replica(client: redis.Redis) -> bool:
     try:
-        return bool(client.role()[0] in (b"slave", "slave"))
+        role = client.role()[0]
     except redis.ResponseError:  # not ours to ask (ACL: -@admin or -@dangerous): not known
         return False
+    return role in (b"slave", b"replica", "slave", "replica")  # "replica": Dragonfly
 
 
 def unavailable(url: str, exc: Exception, *, temporary: bool) -> errors.ConfigError:
@@ -362,7 +369,15 @@ def unavailable(url: str, exc: Exception, *, temporary: bool) -> errors.ConfigEr
     reason = str(exc)
     if isinstance(exc, redis.sentinel.MasterNotFoundError):
         return errors.redis_no_primary(url, reason, temporary=temporary)
-    if isinstance(exc, AReplica) or isinstance(exc.__cause__, redis.exceptions.MasterDownError):
+    causes: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(causes) < 5:  # a batch's error is raised from its cause
+        causes.append(cause)
+        cause = cause.__cause__
+    if any(
+        isinstance(c, AReplica) or (isinstance(c, redis.ResponseError) and demoted(c))
+        for c in causes
+    ):
         return errors.redis_replica(url, reason, temporary=temporary)
     return errors.redis_unreachable(url, reason, temporary=temporary)
 

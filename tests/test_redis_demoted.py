@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from switchboard.redisconn import PrimaryMoved, connect
+from switchboard.redisconn import PrimaryMoved, connect, unavailable
 from tests.fakes.openai_server import Turn
 from tests.support.processes import WorkerProcess, worker_env
 from tests.support.redis_server import RedisServer, free_port
@@ -125,7 +125,11 @@ def test_a_name_moved_to_the_promoted_replica_is_followed_by_writes_and_reads(tm
 
         conn.set("sb:test:value", "after")  # refused by the old one, sent again: the new one
         assert new_admin.get("sb:test:value") == b"after"
+        before = connections_received(new_admin)
         held = [pool.get_connection() for _ in range(3)]
+        # the two left with the old one are opened again, and only they: the retry's own
+        # socket was once left marked as older than the demotion, and opened a third time
+        assert connections_received(new_admin) - before == 2
         try:
             for connection in held:  # whichever the pool hands out reads the new primary
                 connection.send_command("GET", "sb:test:value")
@@ -168,6 +172,8 @@ def test_a_demoted_primarys_answer_to_a_batch_that_could_repeat_itself_is_not_se
             with pytest.raises(redis.ConnectionError) as raised:
                 pipe.execute()
             assert not isinstance(raised.value, PrimaryMoved)  # not retried by the client
+            said = str(unavailable(server.url, raised.value, temporary=False))
+            assert said.startswith("Redis is a replica, not the primary"), said
             assert connections_received(admin) - before <= 1  # one try: no retries
         before = connections_received(admin)
         with pytest.raises(PrimaryMoved):  # a plain transaction is sent again
