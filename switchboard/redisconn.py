@@ -123,14 +123,25 @@ class Client(redis.Redis):
 
 class Batch(redis.client.Pipeline):
     """A pipeline that sends itself again after a demoted primary's answer (`PrimaryMoved`)
-    only as a transaction with no key watched, which runs whole or not at all. Otherwise the
-    answer is raised as a connection error, as an outage is:
-    - commands that are not a transaction ran one by one, and those before the refused one
-      may have run (a demotion can fall between two reads of a long batch): sent again,
-      they ran twice (found by review: an INCR counted twice);
+    only where that repeats nothing: as a transaction with no key watched, which runs whole
+    or not at all, or a batch whose first reply was the refusal (the server was a replica
+    for all of it). Otherwise the answer is raised as a connection error, as an outage is:
+    - a batch that is not a transaction ran command by command, and those before the
+      refused one may have run (a demotion can fall between two reads of a long batch):
+      sent again, they ran twice (found by review: an INCR counted twice);
     - with keys watched, redis-py turns what it would send again into WatchError, which
       RQ's job bookkeeping retries at once, without a pause: 2,683 new connections in 2 s
       to a demoted primary (found by review)."""
+
+    _read = 0  # replies read of the batch being sent, the one being read included
+
+    def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        self._read = 0
+        return super()._execute_pipeline(connection, commands, raise_on_error)
+
+    def parse_response(self, connection: Any, command_name: Any, **options: Any) -> Any:
+        self._read += 1
+        return super().parse_response(connection, command_name, **options)
 
     def _disconnect_raise_on_watching(self, conn: Any, error: Exception, *args: Any) -> None:
         self._not_again(conn, error)
@@ -141,8 +152,13 @@ class Batch(redis.client.Pipeline):
         super()._disconnect_reset_raise_on_watching(conn, error, *args)
 
     def _not_again(self, conn: Any, error: Exception) -> None:
-        whole = (self.transaction or self.explicit_transaction) and not self.watching
-        if isinstance(error, PrimaryMoved) and not whole:
+        if not isinstance(error, PrimaryMoved):
+            return
+        if self.transaction or self.explicit_transaction:
+            again = not self.watching
+        else:  # (the sweeper's and the bot's batches, refused on their first command after a
+            again = self._read <= 1  # failover, were sent again before and still are)
+        if not again:
             conn.disconnect()
             self.reset()  # its watches are gone with the connection
             raise redis.ConnectionError(str(error)) from error  # not PrimaryMoved: not retried

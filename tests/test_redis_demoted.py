@@ -153,7 +153,8 @@ def test_a_demoted_primarys_answer_to_a_batch_that_could_repeat_itself_is_not_se
     """Sent again, a batch that is not a transaction could repeat the commands before the
     refused one, and a transaction with keys watched became WatchError, which RQ retries at
     once: 2,683 new connections in 2 s (found by review). Both are said as an outage, after
-    one try; a plain transaction, which runs whole or not at all, is sent again."""
+    one try; a plain transaction, which runs whole or not at all, and a batch refused from
+    its first reply, of which nothing ran, are sent again."""
     server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
     admin = redis.Redis(unix_socket_path=server.socket, password=PASSWORD)
     conn = connect(server.url)
@@ -175,10 +176,14 @@ def test_a_demoted_primarys_answer_to_a_batch_that_could_repeat_itself_is_not_se
             said = str(unavailable(server.url, raised.value, temporary=False))
             assert said.startswith("Redis is a replica, not the primary"), said
             assert connections_received(admin) - before <= 1  # one try: no retries
-        before = connections_received(admin)
-        with pytest.raises(PrimaryMoved):  # a plain transaction is sent again
-            conn.pipeline().set("sb:test:value", "t").execute()
-        assert connections_received(admin) - before >= 3
+        for pipe in (  # sent again: a plain transaction; a batch refused from its first reply
+            conn.pipeline().set("sb:test:value", "t"),
+            conn.pipeline(transaction=False).incr("sb:test:count").get("sb:test:value"),
+        ):
+            before = connections_received(admin)
+            with pytest.raises(PrimaryMoved):
+                pipe.execute()
+            assert connections_received(admin) - before >= 3
     finally:
         admin.replicaof("NO", "ONE")
         admin.close()
