@@ -16,7 +16,7 @@ import redis
 
 from switchboard.redisconn import PrimaryMoved, connect, unavailable
 from tests.fakes.openai_server import Turn
-from tests.support.processes import WorkerProcess, worker_env
+from tests.support.processes import WorkerProcess, logged, worker_env
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.runtime import ALICE, make_runtime, wait_until
 from worker import service
@@ -26,10 +26,6 @@ pytestmark = pytest.mark.slow
 
 
 PASSWORD = "demoted-s3cret"
-
-
-def logged(log: Path, event: str) -> bool:
-    return log.exists() and f'"event": "{event}"' in log.read_text()
 
 
 def test_a_run_whose_primary_is_demoted_under_it_goes_on_once_a_primary_answers(

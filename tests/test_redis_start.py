@@ -18,7 +18,14 @@ import pytest
 import redis
 
 from tests.fakes.slack_server import FakeSlack
-from tests.support.processes import ROOT, SwitchboardProcess, WorkerProcess, marked, worker_env
+from tests.support.processes import (
+    ROOT,
+    SwitchboardProcess,
+    WorkerProcess,
+    logged,
+    marked,
+    worker_env,
+)
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.runtime import wait_until
 
@@ -27,8 +34,20 @@ pytestmark = pytest.mark.slow
 PASSWORD = "s3cret0f24hexchars"
 
 
-def logged(log: Path, event: str) -> bool:
-    return log.exists() and f'"event": "{event}"' in log.read_text()
+def user_without(server: RedisServer, command: str, secret: str) -> str:
+    """The URL of a user of `server` that may run every command but `command`."""
+    admin = redis.Redis(unix_socket_path=server.socket, password=PASSWORD)
+    user = f"no{command}"
+    admin.acl_setuser(
+        user,
+        enabled=True,
+        passwords=[f"+{secret}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", f"-{command}"],
+    )
+    admin.close()
+    return f"redis://{user}:{secret}@127.0.0.1:{server.port}/0"
 
 
 def switchboard(env: dict[str, str], *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -201,17 +220,7 @@ def test_a_user_the_acl_does_not_let_ping_is_said_at_once_not_waited_on(
     server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
     secret = "acl-user-secret-0123"
     try:
-        admin = redis.Redis(unix_socket_path=server.socket, password=PASSWORD)
-        admin.acl_setuser(
-            "noping",
-            enabled=True,
-            passwords=[f"+{secret}"],
-            keys=["*"],
-            channels=["*"],
-            commands=["+@all", "-ping"],
-        )
-        admin.close()
-        url = f"redis://noping:{secret}@127.0.0.1:{server.port}/0"
+        url = user_without(server, "ping", secret)
         env = worker_env(url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="60")
         done = switchboard(env, "worker", timeout=60)
     finally:
@@ -276,17 +285,7 @@ def test_a_url_that_leads_to_a_replica_is_said_and_one_that_may_not_ask_role_is_
         assert last.startswith("switchboard: Redis is a replica, not the primary"), last
         assert PASSWORD not in done.stderr
 
-        primary_admin = redis.Redis(unix_socket_path=primary.socket, password=PASSWORD)
-        primary_admin.acl_setuser(
-            "noroles",
-            enabled=True,
-            passwords=[f"+{secret}"],
-            keys=["*"],
-            channels=["*"],
-            commands=["+@all", "-role"],
-        )
-        primary_admin.close()
-        url = f"redis://noroles:{secret}@127.0.0.1:{primary.port}/0"
+        url = user_without(primary, "role", secret)
         done = switchboard(worker_env(url, model_server.url, tmp_path), "runs", "list", timeout=60)
         assert done.returncode == 0, done.stderr  # ROLE refused: not known, not a failure
     finally:

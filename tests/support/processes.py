@@ -34,6 +34,11 @@ def worker_env(redis_url: str, model_url: str, tmp: Path, **extra: str) -> dict[
     return env
 
 
+def logged(log: Path, event: str) -> bool:
+    """Whether a process's JSON log (SWITCHBOARD_LOG_FORMAT=json) has said `event`."""
+    return log.exists() and f'"event": "{event}"' in log.read_text()
+
+
 class SwitchboardProcess:
     """`python -m switchboard *args` in a child process; its output goes to a log file."""
 
