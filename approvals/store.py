@@ -111,6 +111,19 @@ class Decision:
 
 PAGE = 500  # requests read per round trip
 
+# KEYS: approval hash, pending index.  ARGV: seconds to keep, expiry, id, then the hash's
+# fields and values. A request is written only where none is: two workers driving one run
+# at once (its lease lapsed under a stalled Redis) both found none, and the second write
+# put back an empty list of cards over the card the first had posted and recorded, so the
+# decision was never drawn on it (found by the chaos soak, seed 62). Returns 1 if written.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+return 1
+"""
+
 # KEYS: approval hash, owed cards.  ARGV: the card (canonical JSON), id.
 # Appends the card in one step, so two cards recorded at once both stay (a read, then a write
 # of the whole list, lost one). A card recorded once the request is decided was not redrawn
@@ -162,6 +175,7 @@ class ApprovalStore:
         self.keys = ApprovalKeys(namespace)
         self.due_key = due_key
         self.keep_after_decision = keep_after_decision
+        self._create = connection.register_script(_CREATE)
         self._decide = connection.register_script(_DECIDE)
         self._add_card = connection.register_script(_ADD_CARD)
         self._card_shown = connection.register_script(_CARD_SHOWN)
@@ -197,12 +211,19 @@ class ApprovalStore:
             policy_version=policy_version,
             ttl=ttl,
         )
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.approval(request.id), mapping=request.to_hash())
-        pipe.expire(self.keys.approval(request.id), int(ttl + self.keep_after_decision))
-        pipe.zadd(self.keys.pending, {request.id: request.expires_at})
-        pipe.execute()
+        if not self._write_new(request, ttl):  # created meanwhile by another worker
+            return self.get(request.id)  # driving the same run
         return request
+
+    def _write_new(self, request: ApprovalRequest, ttl: float) -> bool:
+        """Store `request` unless one with its id exists; whether it was stored."""
+        fields = [part for pair in request.to_hash().items() for part in pair]
+        return bool(
+            self._create(
+                keys=[self.keys.approval(request.id), self.keys.pending],
+                args=[int(ttl + self.keep_after_decision), request.expires_at, request.id, *fields],
+            )
+        )
 
     def get(self, approval_id: str) -> ApprovalRequest:
         data = self.redis.hgetall(self.keys.approval(approval_id))

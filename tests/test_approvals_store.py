@@ -17,7 +17,7 @@ import redis
 
 from approvals import ApprovalNotFound, ApprovalStatus
 from approvals.request import binding_hash
-from approvals.store import ApprovalStore
+from approvals.store import ApprovalStore, new_request
 
 DUE = "sb:runs:due"
 ARGS = {"project": "IT", "title": "Printer jam"}
@@ -267,3 +267,32 @@ def test_cards_recorded_at_once_all_stay_and_one_after_the_decision_is_owed(
     assert store.owed_cards(older_than=0) == []
     with pytest.raises(ApprovalNotFound):
         store.add_card("ap_missing", late)
+
+
+def test_a_request_a_second_worker_writes_after_the_first_leaves_the_first_ones_card(
+    store: ApprovalStore,
+) -> None:
+    """Two workers driving one run at once (its lease lapsed under a stalled Redis) both
+    create its request. Both found none; the later write put an empty list of cards back
+    over the card the other had posted and recorded, and the decision was never drawn on
+    it (found by the chaos soak, seed 62). The write is made only where none is."""
+    kept: dict[str, Any] = dict(
+        approval_id="ap_both",
+        run_id="r1",
+        call_id="call_1",
+        tool="create_ticket",
+        args=dict(ARGS),
+        requester="UASKER",
+        team_id="T1",
+        channel_id="C1",
+        policy_version="v1",
+        ttl=3600,
+    )
+    store.create(**kept)  # the first worker's request
+    card = {"channel": "C1", "ts": "1.000001"}
+    store.add_card("ap_both", card)  # ... its card, posted and recorded
+    # the second worker found no request before that, and writes its own now
+    assert store._write_new(new_request(**kept), 3600) is False
+    assert store.get("ap_both").cards == [card]
+    assert store.create(**kept).cards == [card]  # found, not written again
+    assert [request.id for request in store.pending()] == ["ap_both"]
