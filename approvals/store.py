@@ -136,7 +136,7 @@ if not status then return false end
 local cards = redis.call('HGET', KEYS[1], 'cards')
 if not cards or cards == '' or cards == '[]' then
   cards = '[' .. ARGV[1] .. ']'
-else
+elseif not string.find(cards, ARGV[1], 1, true) then  -- recorded again after a lost answer
   cards = string.sub(cards, 1, -2) .. ',' .. ARGV[1] .. ']'
 end
 redis.call('HSET', KEYS[1], 'cards', cards)

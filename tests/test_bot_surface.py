@@ -374,3 +374,25 @@ def test_a_long_answer_slack_refuses_part_way_is_not_posted_again_whole(
     assert not [m for m in thread if "Line 499 of" in m]
     assert not redis_conn.exists(rt.store.keys.untold(run.id))
     assert not rt.store.overdue(older_than=-60)  # not due, at any time: not tried again
+
+
+def test_a_card_posted_as_redis_restarts_is_recorded_once_it_answers(
+    rt: Runtime, slack: FakeSlack, redis_conn: redis.Redis
+) -> None:
+    """The card is in Slack; its record failed on a Redis restart, so the decision made on
+    it was never drawn there (found by the chaos soak, seed 62). It is recorded once Redis
+    answers, and only once."""
+    from approvals import store as approval_store
+    from tests.test_faults import refused_once
+
+    surface = registered_surface(rt, slack)
+    mark = "sb:test:refused:card"
+    rt.approvals._add_card = refused_once(redis_conn, approval_store._ADD_CARD, mark)
+    _, approval_id = card_request(rt, surface)
+    assert int(redis_conn.get(mark) or 0) >= 2  # refused (LOADING) once, then recorded
+    cards = rt.approvals.get(approval_id).cards
+    assert [c["channel"] for c in cards] == [CHANNEL, APPROVALS]
+    rt.approvals._add_card = redis_conn.register_script(approval_store._ADD_CARD)
+    assert rt.approvals.add_card(approval_id, cards[0]) is True  # recorded again: kept once
+    assert rt.approvals.get(approval_id).cards == cards
+    surface.close()

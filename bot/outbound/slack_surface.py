@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import threading
+import time
 from datetime import timedelta
 from typing import ParamSpec
 
@@ -53,6 +54,7 @@ from worker.service import approvals, connections, grants, runs
 from worker.surface import TellLater
 
 log = structlog.get_logger(__name__)
+CARD_RECORD_PAUSES = (0.5, 1.0, 2.0, 4.0)  # seconds between tries to record a posted card
 
 P = ParamSpec("P")
 
@@ -249,11 +251,24 @@ class SlackSurface:
         where = {"channel": str(response["channel"]), "ts": str(response["ts"])}
         if batch_id:
             where["batch"] = batch_id
-        late = [each.id for each in requests if not approvals.add_card(self.rt, each.id, where)]
+        late = [each.id for each in requests if not self._record_card(each.id, where)]
         for approval_id in late:  # decided while the card was posted: its outcome, at once
             decided = approvals.find(self.rt, approval_id)
             if decided is not None:
                 self.approval_resolved(run, decided)
+
+    def _record_card(self, approval_id: str, where: dict[str, str]) -> bool:
+        """Record a card that is posted: `add_card`, asked again for a few seconds while
+        Redis does not answer (a restart, a failover). Unrecorded, the decision was never
+        drawn on it, and it offered its buttons for good (found by the chaos soak, seed 62:
+        the connection closed by a restart as the card was recorded)."""
+        for pause in CARD_RECORD_PAUSES:
+            try:
+                return approvals.add_card(self.rt, approval_id, where)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("card_record_retry", approval_id=approval_id, error=str(exc)[:200])
+                time.sleep(pause)
+        return approvals.add_card(self.rt, approval_id, where)
 
     def card(
         self,
