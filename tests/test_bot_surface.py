@@ -395,4 +395,6 @@ def test_a_card_posted_as_redis_restarts_is_recorded_once_it_answers(
     rt.approvals._add_card = redis_conn.register_script(approval_store._ADD_CARD)
     assert rt.approvals.add_card(approval_id, cards[0]) is True  # recorded again: kept once
     assert rt.approvals.get(approval_id).cards == cards
+    assert jobs.expire(rt, approval_id) == "expired"  # nothing left pending for later tests
+    assert_both_cards_expired(slack.calls("chat.update"))  # drawn on both cards
     surface.close()
