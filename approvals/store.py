@@ -194,11 +194,9 @@ class ApprovalStore:
         policy_version: str,
         ttl: float,
     ) -> ApprovalRequest:
-        """A new pending request. With an `approval_id` that exists, that request instead."""
-        if approval_id is not None:
-            existing = self.find(approval_id)
-            if existing is not None:
-                return existing
+        """A new pending request. With an `approval_id` that exists, that request instead (one
+        script writes it only where none is: a worker asking again after a restart, or two
+        driving one run at once, find the first request, not a second)."""
         request = new_request(
             approval_id=approval_id,
             run_id=run_id,
@@ -211,8 +209,8 @@ class ApprovalStore:
             policy_version=policy_version,
             ttl=ttl,
         )
-        if not self._write_new(request, ttl):  # created meanwhile by another worker
-            return self.get(request.id)  # driving the same run
+        if not self._write_new(request, ttl):
+            return self.get(request.id)
         return request
 
     def _write_new(self, request: ApprovalRequest, ttl: float) -> bool:

@@ -28,8 +28,10 @@ def store(redis_conn: redis.Redis) -> ApprovalStore:
     return ApprovalStore(redis_conn, due_key=DUE)
 
 
-def pending(store: ApprovalStore, ttl: float = 3600, run_id: str = "r1") -> str:
-    request = store.create(
+def asked(ttl: float = 3600, run_id: str = "r1", approval_id: str | None = None) -> dict[str, Any]:
+    """What a worker creates a request of `run_id` with."""
+    return dict(
+        approval_id=approval_id,
         run_id=run_id,
         call_id="call_1",
         tool="create_ticket",
@@ -40,7 +42,10 @@ def pending(store: ApprovalStore, ttl: float = 3600, run_id: str = "r1") -> str:
         policy_version="v1",
         ttl=ttl,
     )
-    return request.id
+
+
+def pending(store: ApprovalStore, ttl: float = 3600, run_id: str = "r1") -> str:
+    return store.create(**asked(ttl, run_id)).id
 
 
 def redis_now(conn: redis.Redis) -> float:
@@ -276,18 +281,7 @@ def test_a_request_a_second_worker_writes_after_the_first_leaves_the_first_ones_
     create its request. Both found none; the later write put an empty list of cards back
     over the card the other had posted and recorded, and the decision was never drawn on
     it (found by the chaos soak, seed 62). The write is made only where none is."""
-    kept: dict[str, Any] = dict(
-        approval_id="ap_both",
-        run_id="r1",
-        call_id="call_1",
-        tool="create_ticket",
-        args=dict(ARGS),
-        requester="UASKER",
-        team_id="T1",
-        channel_id="C1",
-        policy_version="v1",
-        ttl=3600,
-    )
+    kept = asked(approval_id="ap_both")
     store.create(**kept)  # the first worker's request
     card = {"channel": "C1", "ts": "1.000001"}
     store.add_card("ap_both", card)  # ... its card, posted and recorded
