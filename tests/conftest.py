@@ -42,6 +42,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in deselected]
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (addopts): a test process per core (xdist's count), but one in all when
+    REDIS_URL names the Redis: each test flushes its database and some read the server's own
+    counters, which a second process would change under them."""
+    return 0 if os.environ.get("REDIS_URL") else None
+
+
 @pytest.fixture(autouse=True)
 def _structlog_defaults() -> None:
     """Every test starts from structlog's defaults: a CLI command run earlier in this
