@@ -49,6 +49,19 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return 0 if os.environ.get("REDIS_URL") else None
 
 
+@pytest.fixture(scope="session")
+def data_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data-home")
+
+
+@pytest.fixture(autouse=True)
+def _own_data_home(data_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing a test does is kept in the home folder, nor shared with another test process:
+    what the app keeps in XDG_DATA_HOME by default (the tickets tool's database, say) goes to
+    a folder of this test process's, where the test gives it no folder of its own."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+
+
 @pytest.fixture(autouse=True)
 def _structlog_defaults() -> None:
     """Every test starts from structlog's defaults: a CLI command run earlier in this

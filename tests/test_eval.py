@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -219,7 +220,8 @@ def test_eval_on_the_embedded_redis_leaves_no_process_running(tmp_path):
         for key, value in os.environ.items()
         if not key.startswith(("SWITCHBOARD_", "OPENAI_", "REDIS_URL"))
     }
-    env.update({"XDG_DATA_HOME": str(data), MARK: "eval-leaves-nothing"})
+    mark = f"eval-{uuid.uuid4().hex}"  # this run's processes, not another test run's
+    env.update({"XDG_DATA_HOME": str(data), MARK: mark})
     try:
         done = subprocess.run(
             [sys.executable, "-m", "switchboard", "eval", str(path), "--no-demos"],
@@ -231,8 +233,8 @@ def test_eval_on_the_embedded_redis_leaves_no_process_running(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert (data / "switchboard" / "appendonly.aof").exists()  # the embedded one ran
-        wait_until(lambda: not marked("eval-leaves-nothing", data), timeout=10, what="no leftover")
+        wait_until(lambda: not marked(mark, data), timeout=10, what="no leftover")
     finally:
-        left = marked("eval-leaves-nothing", data)
-        kill_marked("eval-leaves-nothing", data)
+        left = marked(mark, data)
+        kill_marked(mark, data)
     assert left == [], describe(left)

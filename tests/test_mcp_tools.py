@@ -340,7 +340,10 @@ def _server_pid(notes_dir: Path) -> int:
     ).stdout.split()
     env_match = []
     for pid in out:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        try:  # another test process's server may have ended since pgrep listed it
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
         if f"NOTES_DIR={notes_dir}".encode() in environ:
             env_match.append(int(pid))
     assert len(env_match) == 1, env_match
