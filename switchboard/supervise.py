@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -223,8 +224,12 @@ def watch_lifeline() -> None:
 
 def _wait_for_parent(fd: int) -> None:
     try:
-        while os.read(fd, 1):  # the parent never writes: end-of-file when it is gone
-            pass
+        while True:
+            # waits in `select`, which gevent makes a wait on its event loop in a worker of
+            # that pool (worker/pool.py): a read that blocked would stop the whole process
+            select.select([fd], [], [])
+            if not os.read(fd, 1):  # the parent never writes: end-of-file when it is gone
+                break
     except OSError:
         pass
     log.warning("parent_gone", pid=os.getpid())
