@@ -54,11 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags, rest = _global_flags(sys.argv[1:] if argv is None else list(argv))
     verb = _verb_in(rest)
     if argv is None and verb == "worker" and not {"-h", "--help"} & set(rest):
+        from worker import pool
         from worker.memory import reexec_with_tunables
 
         # before the imports of its parser and runtime: a process of its own, not a
-        # caller's, with its allocator set up for many threads (worker/memory.py)
+        # caller's, with its allocator set up for many threads (worker/memory.py), then its
+        # slots on one gevent hub unless it is asked for threads (worker/pool.py)
         reexec_with_tunables()
+        if pool.requested(rest) == "gevent":
+            pool.patch()
     parser = build_parser(verb)
     args = parser.parse_args(rest)
     args.debug, args.verbose = "debug" in flags, "verbose" in flags

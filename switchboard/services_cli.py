@@ -64,6 +64,13 @@ def add_worker(verbs: Any) -> None:
         metavar="N",
         help="runs each process carries at once (default SWITCHBOARD_WORKER_CONCURRENCY, 128)",
     )
+    p.add_argument(
+        "--pool",
+        choices=("gevent", "threads"),
+        help="what each process carries its runs in: greenlets on one event loop, or OS "
+        "threads for tools that block outside Python's sockets (default "
+        "SWITCHBOARD_WORKER_POOL, gevent)",
+    )
     p.add_argument("--burst", action="store_true", help="stop when the queue is empty")
     p.add_argument(
         "--grace",
@@ -129,6 +136,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     from switchboard.supervise import Supervisor
 
     child = ["worker", "--concurrency", str(config.worker_concurrency), "--grace", str(grace)]
+    child += ["--pool", args.pool or config.worker_pool]
     supervisor = Supervisor(child_env(rt, config))
     with supervisor.signals():  # before the children start: a Ctrl-C meanwhile stops them
         for n in range(args.processes):

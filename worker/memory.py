@@ -46,10 +46,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-
-import structlog
-
-log = structlog.get_logger(__name__)
+from typing import Any
 
 ARENAS = 1  # malloc arenas for a worker process (see above)
 MIN_INTERVAL = 1.0  # seconds between two releases, however often the process goes idle
@@ -140,6 +137,15 @@ def rss_kib() -> int:
         return 0
 
 
+def _log() -> Any:
+    """structlog's logger, imported when first used: `switchboard worker` imports this module
+    to start itself again before gevent patches it (worker/pool.py), which must come before
+    ssl is imported, and structlog's import brings ssl (through its console renderer)."""
+    import structlog
+
+    return structlog.get_logger(__name__)
+
+
 @functools.cache
 def _page_size() -> int:
     import resource
@@ -152,7 +158,7 @@ def release() -> None:
     before, started = rss_kib(), time.perf_counter()
     released = trim()
     after = rss_kib()
-    log.debug(
+    _log().debug(
         "worker_memory_released",
         released=released,
         rss_kib=after,
@@ -198,6 +204,6 @@ class IdleHook:
         try:
             self.action()
         except Exception:  # the main loop must go on: releasing memory is never worth a stop
-            log.exception("worker_idle_hook_failed")
+            _log().exception("worker_idle_hook_failed")
         self.runs += 1
         return True

@@ -6,7 +6,9 @@ the one RQ queue, so RQ stays the queue and the scheduler (a run's `advance` job
 per-job registries: `SlotWorker.execute_job`). Chosen by measurement (bench/bench_latency.py):
 the GIL is released on every socket wait and a step's CPU is milliseconds. Their limit, also
 measured: CPU per run grows with the slots (the GIL handed over at every blocking call), so
-one process carries 1,000 runs at 1.8x the time of four processes of 250 (bench/README.md).
+one process carried 1,000 runs at 1.8x the time of four processes of 250 (bench/README.md).
+By default the threads are gevent's greenlets (worker/pool.py): the same code, every wait a
+hand-over on one event loop, and 1,000 runs in one process as fast as in four.
 
 SimpleWorker runs jobs in the worker process instead of forking one per job: measured here,
 two fork-per-job workers did ~74 no-op jobs/s and two SimpleWorkers ~370. Forking buys crash
@@ -46,7 +48,7 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 from tools.exceptions import brief
-from worker import memory, runtime
+from worker import memory, pool, runtime
 from worker.runtime import Runtime
 from worker.sweeper import Sweeper
 from worker.watchdog import WatchdogDeathPenalty
@@ -322,7 +324,7 @@ def serve(
     sweeper.start()
     for slot in slots:
         slot.start()
-    log.info("worker_started", queue=rt.queue.name, concurrency=count)
+    log.info("worker_started", queue=rt.queue.name, concurrency=count, pool=pool.active())
     try:
         while not signals.stop.wait(0.2):
             if burst and not any(s.alive for s in slots):

@@ -1,6 +1,7 @@
 """Job timeouts for worker slots: one watchdog thread per process instead of RQ's
 `TimerDeathPenalty`, which starts a thread for every job (measurable CPU at hundreds of jobs
-a second). SIGALRM, RQ's default, reaches only the main thread, and slots are threads.
+a second). SIGALRM, RQ's default, reaches only the main thread, and slots are threads or
+greenlets (worker/pool.py), each interrupted in its own way.
 
 The timeout is a backstop: a run's own deadline cuts each model call to what is left of it
 (see `Settings.job_timeout`), so this fires only for a job stuck far past its budget.
@@ -8,7 +9,6 @@ The timeout is a backstop: a run's own deadline cuts each model call to what is 
 
 from __future__ import annotations
 
-import ctypes
 import heapq
 import itertools
 import threading
@@ -18,23 +18,25 @@ from typing import Any
 import structlog
 from rq.timeouts import BaseDeathPenalty, JobTimeoutException
 
+from worker import pool
+
 log = structlog.get_logger(__name__)
 
 
 class Watchdog:
-    """Raises an exception in a thread that overstays its deadline."""
+    """Raises an exception in a slot (a thread or a greenlet) that overstays its deadline."""
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._due: list[tuple[float, int]] = []  # (deadline, ticket) heap
-        self._threads: dict[int, int] = {}  # ticket -> thread id, while armed
+        self._threads: dict[int, Any] = {}  # ticket -> its slot (`pool.current()`), while armed
         self._tickets = itertools.count()
         self._thread: threading.Thread | None = None
 
     def arm(self, seconds: float) -> int:
         ticket = next(self._tickets)
         with self._lock:
-            self._threads[ticket] = threading.get_ident()
+            self._threads[ticket] = pool.current()
             heapq.heappush(self._due, (time.monotonic() + seconds, ticket))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
@@ -59,11 +61,9 @@ class Watchdog:
                     self._lock.wait(wait)
                     continue
                 _deadline, ticket = heapq.heappop(self._due)
-                thread_id = self._threads.pop(ticket)
-                log.warning("job_timed_out", thread=thread_id)
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                    ctypes.c_ulong(thread_id), ctypes.py_object(JobTimeoutException)
-                )
+                slot = self._threads.pop(ticket)
+                log.warning("job_timed_out", thread=pool.name_of(slot))
+                pool.interrupt(slot, JobTimeoutException)
 
 
 WATCHDOG = Watchdog()

@@ -1,0 +1,22 @@
+"""Jobs a test puts on a worker's queue beside Switchboard's own."""
+
+from __future__ import annotations
+
+import time
+
+
+def dawdle(seconds: float) -> str:
+    """Take `seconds` in short sleeps: an exception raised in the job's thread (at its next
+    Python instruction) or greenlet (where it waits) reaches it within one of them."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    return "finished"
+
+
+def hog(seconds: float) -> str:
+    """Compute for `seconds` without a wait: nothing else in a gevent worker runs meanwhile."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return "finished"

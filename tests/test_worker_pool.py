@@ -1,0 +1,191 @@
+"""worker/pool.py: a worker process carries its runs on one gevent hub (the default) or in OS
+threads (`--pool threads`), with the same results, approvals and job timeouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rq.job import Job, JobStatus
+
+from tests.fakes.openai_server import Turn
+from tests.support.processes import WorkerProcess, logged, worker_env
+from tests.support.runtime import approve_first, make_runtime, requester, wait_for_run, wait_until
+from tools.builtin.tickets import TicketStore
+from worker import pool, service
+from worker.run import RunStatus
+
+pytestmark = pytest.mark.slow
+
+
+def started_line(log: Path) -> dict:
+    wait_until(lambda: logged(log, "worker_started"), timeout=60, what="the worker to start")
+    for line in log.read_text().splitlines():
+        if '"worker_started"' in line:
+            return json.loads(line)
+    raise AssertionError(log.read_text()[-2000:])
+
+
+@pytest.mark.parametrize("chosen", ["gevent", "threads"])
+def test_a_worker_process_answers_and_writes_once_after_approval_in_either_pool(
+    chosen, redis_url, redis_conn, model_server, tmp_path, tickets_db
+) -> None:
+    for i in range(6):
+        create = Turn(tool_calls=[("create_ticket", {"project": "IT", "title": f"Jam {i}"})])
+        model_server.route(f"Printer {i} ", [create, f"Filed jam {i}."])
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    env = worker_env(redis_url, model_server.url, tmp_path, SWITCHBOARD_TICKETS_DB=str(tickets_db))
+    worker = WorkerProcess(env, log, "--pool", chosen, "--concurrency", "16")
+    try:
+        assert started_line(log)["pool"] == chosen
+        people = [requester(rt, f"UPOOL{i}") for i in range(6)]
+        runs = [
+            service.submit(rt, f"Printer {i} jammed, file it", who) for i, who in enumerate(people)
+        ]
+        for run, who in zip(runs, people, strict=True):
+            wait_for_run(rt, run.id, RunStatus.AWAITING_APPROVAL, timeout=30)
+            approve_first(rt, run.id, user=who)
+        for i, run in enumerate(runs):
+            done = wait_for_run(rt, run.id, timeout=30)
+            assert (done.status, done.answer) == (RunStatus.COMPLETED, f"Filed jam {i}.")
+        found = TicketStore(tickets_db).search(project="IT", limit=50)
+        titles = sorted(t["title"] for t in found["tickets"])
+        assert (found["total"], titles) == (6, [f"Jam {i}" for i in range(6)])  # each once
+        threads = psutil.Process(worker.pid).num_threads()
+        if chosen == "gevent":  # the 16 slots are greenlets, not threads
+            assert threads < 16, threads
+        else:
+            assert threads > 16, threads
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("chosen", ["gevent", "threads"])
+def test_a_job_past_its_timeout_is_stopped_and_its_slot_serves_the_next_run(
+    chosen, redis_url, redis_conn, model_server, tmp_path, tickets_db
+) -> None:
+    model_server.route("Fee", ["It costs 10."])
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    worker = WorkerProcess(env, log, "--pool", chosen, "--concurrency", "1")
+    try:
+        assert started_line(log)["pool"] == chosen
+        job = rt.queue.enqueue("tests.support.jobs.dawdle", 120, job_timeout=1)
+        wait_until(
+            lambda: Job.fetch(job.id, connection=redis_conn).get_status() == JobStatus.FAILED,
+            timeout=30,
+            what="the job to time out",
+        )
+        result = Job.fetch(job.id, connection=redis_conn).latest_result()
+        assert result is not None and "JobTimeoutException" in (result.exc_string or "")
+        assert logged(log, "job_timed_out")
+        run = service.submit(rt, "Fee for the course?", requester(rt, "UFEE"))
+        assert wait_for_run(rt, run.id, timeout=30).answer == "It costs 10."
+    finally:
+        worker.stop()
+
+
+def test_the_supervisor_gives_its_children_the_pool_it_was_asked_for(
+    redis_url, redis_conn, model_server, tmp_path
+) -> None:
+    env = worker_env(redis_url, model_server.url, tmp_path, SWITCHBOARD_WORKER_POOL="gevent")
+    log = tmp_path / "workers.log"
+    workers = WorkerProcess(env, log, "--processes", "2", "--pool", "threads", "--concurrency", "2")
+    try:
+        wait_until(
+            lambda: log.exists() and log.read_text().count('"worker_started"') == 2,
+            timeout=60,
+            what="both children to start",
+        )
+        pools = [
+            json.loads(line)["pool"]
+            for line in log.read_text().splitlines()
+            if '"worker_started"' in line
+        ]
+        assert pools == ["threads", "threads"]
+    finally:
+        workers.stop()
+
+
+# -- which pool a command line asks for, read before anything is imported ----------------------
+
+WORDS = st.sampled_from(
+    ["worker", "--pool", "--processes", "gevent", "threads", "2", "1", "--", "x", "--burst"]
+)
+
+
+@given(
+    args=st.lists(st.one_of(WORDS, st.text(max_size=12)), max_size=8),
+    env=st.one_of(st.none(), st.text(max_size=10), st.sampled_from(pool.POOLS)),
+)
+def test_any_command_line_gives_a_pool_or_none_and_never_raises(
+    args: list[str], env: str | None
+) -> None:
+    environ = {} if env is None else {pool.ENV: env}
+    assert pool.requested(args, environ, env_file="/nonexistent/.env") in (*pool.POOLS, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "expected"),
+    [
+        (["worker"], {}, "gevent"),
+        (["worker"], {pool.ENV: "threads"}, "threads"),
+        (["worker"], {pool.ENV: " Threads "}, "threads"),
+        (["worker", "--pool", "threads"], {pool.ENV: "gevent"}, "threads"),
+        (["worker", "--pool=gevent"], {pool.ENV: "threads"}, "gevent"),
+        (["worker", "--pool", "fibers"], {}, None),  # the parser says what is wrong
+        (["worker"], {pool.ENV: "fibers"}, None),  # Config says what is wrong
+        (["worker", "--processes", "2"], {}, None),  # a supervisor: its children patch
+        (["worker", "--processes=1", "--pool", "threads"], {}, "threads"),
+        (["worker", "--processes", "two"], {}, None),
+        (["worker", "--", "--pool", "threads"], {}, "gevent"),
+    ],
+)
+def test_the_pool_comes_from_the_flag_then_the_environment_then_the_default(
+    args: list[str], environ: dict[str, str], expected: str | None
+) -> None:
+    assert pool.requested(args, environ, env_file="/nonexistent/.env") == expected
+
+
+def test_the_pool_is_read_from_the_env_file_when_the_environment_has_none(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"{pool.ENV}=threads\n")
+    assert pool.requested(["worker"], {}, env_file=str(env_file)) == "threads"
+    assert pool.requested(["worker"], {pool.ENV: "gevent"}, env_file=str(env_file)) == "gevent"
+
+
+def test_this_test_process_runs_threads() -> None:
+    assert pool.active() == "threads"  # nothing here patched it: the in-process slots are threads
+
+
+def test_code_that_holds_the_event_loop_is_said_with_where_it_was(
+    redis_url, redis_conn, model_server, tmp_path
+) -> None:
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(worker_env(redis_url, model_server.url, tmp_path), log)
+    try:
+        assert started_line(log)["pool"] == "gevent"
+        assert not logged(log, "worker_loop_blocked")
+        job = rt.queue.enqueue("tests.support.jobs.hog", 3 * pool.BLOCKED_AFTER)
+        wait_until(lambda: logged(log, "worker_loop_blocked"), timeout=30, what="the report")
+        said = [
+            json.loads(line)
+            for line in log.read_text().splitlines()
+            if "worker_loop_blocked" in line
+        ]
+        assert said[0]["level"] == "warning" and said[0]["seconds"] == pool.BLOCKED_AFTER
+        assert any("jobs.py" in where and "hog" in where for where in said[0]["at"]), said[0]
+        wait_until(
+            lambda: Job.fetch(job.id, connection=redis_conn).get_status() == JobStatus.FINISHED,
+            timeout=30,
+            what="the job to finish",
+        )
+    finally:
+        worker.stop()

@@ -1,0 +1,152 @@
+"""How a worker process carries many runs at once: its slots as greenlets on one gevent hub
+(`gevent`, the default), or as OS threads (`threads`).
+
+A run waits on sockets almost all its working time (the model's HTTP answer, Redis), and the
+slots' code is the same either way: RQ `SimpleWorker` loops (worker/process.py) over the
+synchronous openai SDK transport and redis-py. Under `gevent` the process's sockets, locks,
+sleeps and threads are gevent's (`monkey.patch_all`, applied before anything else is
+imported, see `switchboard.cli.main`), so every wait hands over to the next ready slot on one
+event loop in the main thread, instead of releasing the GIL for another OS thread to take:
+no GIL hand-offs between hundreds of threads, no thread stacks. Measured (bench/README.md,
+bench_latency.py, the same machine and run): 1,000 runs at 2 s a call in ONE process took
+12.4-14.2 s and 11-12 s of CPU under `gevent` against 19.2-22.4 s and 19-22 s under
+`threads`, as fast as four processes of 250; the default burst of 100 runs 1.0-1.2 s of CPU
+against 1.6 s.
+
+The price is the one every gevent program pays (Celery's `-P gevent`, gunicorn's gevent
+workers): code that blocks without yielding (a C extension's own socket or a long
+computation) holds up every run in the process while it does. Switchboard's own I/O is
+Python sockets; a tool that calls a database through a C driver, or computes for long,
+belongs in a process of `--pool threads`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+POOLS = ("gevent", "threads")
+DEFAULT = "gevent"
+ENV = "SWITCHBOARD_WORKER_POOL"
+ENV_FILE = ".env"  # where Config (pydantic-settings) reads it too, from the current folder
+BLOCKED_AFTER = 1.0  # s without a switch on the event loop: said (a run's lease is 15 s)
+WHERE_FRAMES = 4  # innermost frames named when it is
+
+
+def requested(
+    args: Sequence[str], environ: Mapping[str, str] = os.environ, env_file: str = ENV_FILE
+) -> str | None:
+    """The pool a `switchboard worker` command line asks for, read before anything else is
+    imported: `--pool`, else SWITCHBOARD_WORKER_POOL in the environment, else in the .env
+    file, else the default. None when the process only supervises others (`--processes`
+    above 1: each child patches itself) or the value is not a pool (the parser or Config
+    then refuses it with their own message)."""
+    pool: str | None = None
+    processes = "1"
+    items = list(args)
+    for i, arg in enumerate(items):
+        if arg == "--":
+            break
+        for flag in ("--pool", "--processes"):
+            if arg == flag and i + 1 < len(items):
+                value = items[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1 :]
+            else:
+                continue
+            if flag == "--pool":
+                pool = value
+            else:
+                processes = value
+    try:
+        if int(processes) > 1:
+            return None
+    except ValueError:
+        return None  # the parser refuses it
+    if pool is None:
+        pool = environ.get(ENV) or _from_env_file(env_file) or DEFAULT
+    pool = pool.strip().lower()
+    return pool if pool in POOLS else None
+
+
+def _from_env_file(path: str) -> str | None:
+    if not Path(path).is_file():
+        return None
+    from dotenv import dotenv_values  # pydantic-settings' own reader of the file
+
+    return dotenv_values(path).get(ENV)
+
+
+def patch() -> None:
+    """Make this process's sockets, locks, sleeps and threads gevent's. Call before anything
+    that opens a socket or starts a thread is imported. gevent's monitor thread (a real one)
+    says when the event loop did not switch for BLOCKED_AFTER seconds: some code blocked every
+    run of the process (`worker_loop_blocked`, where it was)."""
+    from gevent import config, events, monkey
+
+    config.monitor_thread = True
+    config.max_blocking_time = BLOCKED_AFTER
+    config.print_blocking_reports = False  # said in the log instead, as one event
+    monkey.patch_all()
+    events.subscribers.append(_said_blocked)
+
+
+def _said_blocked(event: object) -> None:
+    """In gevent's monitor thread: an EventLoopBlocked, with where the loop's thread is."""
+    from gevent.events import EventLoopBlocked
+
+    if not isinstance(event, EventLoopBlocked):
+        return
+    import structlog
+
+    hub = getattr(event, "hub", None)  # its thread: the main one (the OS thread's ident)
+    frame = sys._current_frames().get(getattr(hub, "thread_ident", 0))
+    at = [
+        f"{Path(f.filename).name}:{f.lineno} {f.name}"
+        for f in (traceback.extract_stack(frame)[-WHERE_FRAMES:] if frame else [])
+    ]
+    structlog.get_logger(__name__).warning(
+        "worker_loop_blocked", seconds=event.blocking_time, at=at
+    )
+
+
+def active() -> str:
+    """The pool this process runs its slots in."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        return "gevent"
+    return "threads"
+
+
+def current() -> Any:
+    """What `interrupt` needs to reach the caller: its greenlet, or its thread's id."""
+    if active() == "gevent":
+        import gevent
+
+        return gevent.getcurrent()
+    return threading.get_ident()
+
+
+def interrupt(target: Any, exception: type[BaseException]) -> None:
+    """Raise `exception` in `target` (from `current()`, called there): a greenlet gets it
+    where it waits; a thread at its next Python instruction, after a blocking C call
+    returns."""
+    if isinstance(target, int):
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(target), ctypes.py_object(exception)
+        )
+        return
+    import gevent
+
+    gevent.kill(target, exception)
+
+
+def name_of(target: Any) -> object:
+    """How a log names `target`: a thread's id, a greenlet's small number."""
+    return getattr(target, "minimal_ident", target)
