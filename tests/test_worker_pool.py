@@ -4,6 +4,7 @@ threads (`--pool threads`), with the same results, approvals and job timeouts.""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import psutil
@@ -12,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rq.job import Job, JobStatus
 
-from tests.fakes.openai_server import Turn
+from tests.fakes.openai_server import Fault, Script, Turn
+from tests.support.mcp_servers import installed, write_config
 from tests.support.processes import WorkerProcess, logged, worker_env
 from tests.support.runtime import approve_first, make_runtime, requester, wait_for_run, wait_until
 from tools.builtin.tickets import TicketStore
@@ -116,19 +118,50 @@ def test_the_supervisor_gives_its_children_the_pool_it_was_asked_for(
 # -- which pool a command line asks for, read before anything is imported ----------------------
 
 WORDS = st.sampled_from(
-    ["worker", "--pool", "--processes", "gevent", "threads", "2", "1", "--", "x", "--burst"]
+    (
+        *("worker", "--pool", "--poo", "--p", "--processes", "--proc", "--pool=threads"),
+        *("gevent", "threads", "Threads", "2", "1", "--", "x", "--burst"),
+    )
 )
+NAMES = st.sampled_from([pool.ENV, pool.ENV.lower(), "SWITCHBOARD_WORKER_POOLS"])
 
 
 @given(
     args=st.lists(st.one_of(WORDS, st.text(max_size=12)), max_size=8),
-    env=st.one_of(st.none(), st.text(max_size=10), st.sampled_from(pool.POOLS)),
+    env=st.dictionaries(NAMES, st.one_of(st.sampled_from(pool.POOLS), st.text(max_size=8))),
 )
-def test_any_command_line_gives_a_pool_or_none_and_never_raises(
-    args: list[str], env: str | None
+def test_any_command_line_gives_what_the_parser_and_config_would_or_none(
+    args: list[str], env: dict[str, str]
 ) -> None:
-    environ = {} if env is None else {pool.ENV: env}
-    assert pool.requested(args, environ, env_file="/nonexistent/.env") in (*pool.POOLS, None)
+    """Whatever the line and the environment, the pool patched is the one the worker's own
+    parser and Config then read, or none is, and they refuse the line or the value."""
+    import argparse
+
+    got = pool.requested(["worker", *args], env, env_file="/nonexistent/.env")
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.error = _raise  # type: ignore[method-assign]  # some errors skip exit_on_error
+    parser.add_argument("verb")
+    parser.add_argument("--pool", choices=pool.POOLS)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--burst", action="store_true")
+    try:
+        parsed = parser.parse_args(["worker", *args])
+    except (argparse.ArgumentError, ValueError):
+        return  # the worker's parser refuses the line: nothing runs, patched or not
+    named = [v for k, v in env.items() if k.upper() == pool.ENV]
+    from_config = named[-1] if named else pool.DEFAULT
+    if parsed.processes > 1:
+        assert got is None  # a supervisor: its children patch
+    elif parsed.pool is not None:
+        assert got == parsed.pool
+    elif from_config in pool.POOLS:
+        assert got == from_config
+    else:
+        assert got is None  # Config refuses the value
+
+
+def _raise(message: str) -> None:
+    raise ValueError(message)
 
 
 @pytest.mark.parametrize(
@@ -136,14 +169,18 @@ def test_any_command_line_gives_a_pool_or_none_and_never_raises(
     [
         (["worker"], {}, "gevent"),
         (["worker"], {pool.ENV: "threads"}, "threads"),
-        (["worker"], {pool.ENV: " Threads "}, "threads"),
+        (["worker"], {pool.ENV.lower(): "threads"}, "threads"),  # as pydantic-settings reads
+        (["worker"], {pool.ENV: " Threads "}, None),  # Config refuses it
         (["worker", "--pool", "threads"], {pool.ENV: "gevent"}, "threads"),
+        (["worker", "--poo", "threads"], {}, "threads"),  # argparse takes the prefix
         (["worker", "--pool=gevent"], {pool.ENV: "threads"}, "gevent"),
         (["worker", "--pool", "fibers"], {}, None),  # the parser says what is wrong
         (["worker"], {pool.ENV: "fibers"}, None),  # Config says what is wrong
         (["worker", "--processes", "2"], {}, None),  # a supervisor: its children patch
+        (["worker", "--proc=2"], {}, None),
         (["worker", "--processes=1", "--pool", "threads"], {}, "threads"),
         (["worker", "--processes", "two"], {}, None),
+        (["worker", "--p", "threads"], {}, None),  # ambiguous: the parser refuses it
         (["worker", "--", "--pool", "threads"], {}, "gevent"),
     ],
 )
@@ -155,13 +192,75 @@ def test_the_pool_comes_from_the_flag_then_the_environment_then_the_default(
 
 def test_the_pool_is_read_from_the_env_file_when_the_environment_has_none(tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
-    env_file.write_text(f"{pool.ENV}=threads\n")
+    env_file.write_text(f"{pool.ENV.lower()}=threads\n")
     assert pool.requested(["worker"], {}, env_file=str(env_file)) == "threads"
     assert pool.requested(["worker"], {pool.ENV: "gevent"}, env_file=str(env_file)) == "gevent"
 
 
-def test_this_test_process_runs_threads() -> None:
-    assert pool.active() == "threads"  # nothing here patched it: the in-process slots are threads
+# -- what runs in a gevent worker's one OS thread ----------------------------------------------
+
+
+def test_a_second_sigterm_stops_a_gevent_worker_at_once_whichever_greenlet_it_lands_in(
+    redis_url, redis_conn, model_server, tmp_path
+) -> None:
+    """The handler runs in whichever greenlet holds the thread (here most often the busy
+    job's; the lifeline's when it signals its own process): a SystemExit raised there would
+    end that greenlet only, and the worker would wait out its grace with a run in flight."""
+    model_server.route("slow", Script(["The slow answer."], faults={0: [Fault.slow(60)]}))
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    worker = WorkerProcess(env, log, "--grace", "120", "--concurrency", "4")
+    try:
+        assert started_line(log)["pool"] == "gevent"
+        run = service.submit(rt, "a slow one please", requester(rt, "USLOW"))
+        wait_for_run(rt, run.id, RunStatus.RUNNING, timeout=30)
+        wait_until(lambda: model_server.chats_open == 1, timeout=30, what="the model call")
+        job = rt.queue.enqueue("tests.support.jobs.churn", 60, job_timeout=300)
+        wait_until(
+            lambda: Job.fetch(job.id, connection=redis_conn).get_status() == JobStatus.STARTED,
+            timeout=30,
+            what="the busy job to start",
+        )
+        worker.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: logged(log, "worker_stopping"), timeout=30, what="the first signal")
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 1  # not the 120 s grace
+        assert logged(log, "worker_stop_now")
+    finally:
+        worker.stop()
+
+
+def test_an_async_tool_runs_in_a_gevent_worker_beside_the_mcp_servers_loop(
+    redis_url, redis_conn, model_server, tmp_path
+) -> None:
+    """asyncio's running loop is per OS thread, and a gevent worker has one: with the MCP
+    servers' loop running, `asyncio.run` in a slot raised "cannot be called from a running
+    event loop"."""
+    mcp_file = write_config(
+        tmp_path / "mcp.yaml", {"time": {"command": installed("mcp-server-time")}}
+    )
+    call = Turn(tool_calls=[("echo_later", {"text": "hi"})])
+    model_server.route("Echo", [call, "It said: echo: hi."])
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    env = worker_env(
+        redis_url,
+        model_server.url,
+        tmp_path,
+        SWITCHBOARD_MCP=str(mcp_file),
+        SWITCHBOARD_TOOLS="tests.support.async_tools",
+    )
+    worker = WorkerProcess(env, log)
+    try:
+        assert started_line(log)["pool"] == "gevent"
+        run = service.submit(rt, "Echo hi for me", requester(rt, "UECHO"))
+        done = wait_for_run(rt, run.id, timeout=30)
+        assert (done.status, done.answer) == (RunStatus.COMPLETED, "It said: echo: hi.")
+        results = [m["content"] for m in model_server.chat_requests[-1]["messages"]]
+        assert "echo: hi" in results, results
+    finally:
+        worker.stop()
 
 
 def test_code_that_holds_the_event_loop_is_said_with_where_it_was(

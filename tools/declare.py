@@ -9,7 +9,6 @@ schema the model sees.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -24,6 +23,7 @@ from pydantic.fields import FieldInfo
 from tools.context import ToolContext
 from tools.decode import argument_error, canonical_json, pydantic_problems
 from tools.exceptions import ToolDefinitionError
+from tools.mcp.loop import run_to_end
 from tools.registry import Effect, Handler, Normalizer, Reconcile, Tool, ToolRegistry
 from tools.registry import registry as default_registry
 from tools.schema import tidy
@@ -301,7 +301,7 @@ class _Signature:
             else:
                 result = func(ctx, **kwargs)
             if inspect.iscoroutine(result):
-                result = asyncio.run(result)
+                result = run_to_end(result)
             return result
 
         call.__name__ = f"{tool_name}_handler"

@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import os
 import queue
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -115,6 +116,13 @@ def _serve(line: _Line) -> None:
                 break
             if left is not None:
                 threading.Thread(target=left, args=(None,), daemon=True).start()
+
+
+def green() -> bool:
+    """Whether this process's threads are gevent's greenlets on one OS thread (a worker's
+    default, worker/pool.py): what asyncio, whose running loop is per OS thread, must know."""
+    monkey = sys.modules.get("gevent.monkey")
+    return monkey is not None and bool(monkey.is_module_patched("threading"))
 
 
 def _report(exc: BaseException) -> None:

@@ -22,6 +22,7 @@ belongs in a process of `--pool threads`.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import sys
@@ -29,7 +30,9 @@ import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from tools.threads import green
 
 POOLS = ("gevent", "threads")
 DEFAULT = "gevent"
@@ -43,36 +46,50 @@ def requested(
     args: Sequence[str], environ: Mapping[str, str] = os.environ, env_file: str = ENV_FILE
 ) -> str | None:
     """The pool a `switchboard worker` command line asks for, read before anything else is
-    imported: `--pool`, else SWITCHBOARD_WORKER_POOL in the environment, else in the .env
-    file, else the default. None when the process only supervises others (`--processes`
-    above 1: each child patches itself) or the value is not a pool (the parser or Config
-    then refuses it with their own message)."""
-    pool: str | None = None
-    processes = "1"
-    items = list(args)
-    for i, arg in enumerate(items):
-        if arg == "--":
-            break
-        for flag in ("--pool", "--processes"):
-            if arg == flag and i + 1 < len(items):
-                value = items[i + 1]
-            elif arg.startswith(flag + "="):
-                value = arg[len(flag) + 1 :]
-            else:
-                continue
-            if flag == "--pool":
-                pool = value
-            else:
-                processes = value
+    imported, as the worker's parser and Config will read it: `--pool` (abbreviated as
+    argparse allows), else SWITCHBOARD_WORKER_POOL in the environment, else in the .env file
+    (the name in any case, as pydantic-settings reads it), else the default. None when the
+    process only supervises others (`--processes` above 1: each child patches itself) or a
+    value is not one the parser or Config takes (they then refuse it with their message)."""
     try:
-        if int(processes) > 1:
+        given, _ = _Options().parse_known_args(list(args))
+    except _Refused:
+        return None
+    try:
+        if int(given.processes) > 1:
             return None
     except ValueError:
-        return None  # the parser refuses it
+        return None
+    pool = given.pool
     if pool is None:
-        pool = environ.get(ENV) or _from_env_file(env_file) or DEFAULT
-    pool = pool.strip().lower()
+        pool = _named(environ) or _from_env_file(env_file) or DEFAULT
     return pool if pool in POOLS else None
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Options(argparse.ArgumentParser):
+    """The worker parser's two options this needs, taken as it takes them, and anything else
+    left alone; what it would refuse raises instead of ending the process."""
+
+    def __init__(self) -> None:
+        super().__init__(add_help=False)
+        self.add_argument("--pool")
+        self.add_argument("--processes", default="1")
+
+    def error(self, message: str) -> NoReturn:
+        raise _Refused(message)
+
+
+def _named(values: Mapping[str, str | None]) -> str | None:
+    """SWITCHBOARD_WORKER_POOL's value, its name in any case (the last one set wins)."""
+    found = None
+    for name, value in values.items():
+        if name.upper() == ENV and value is not None:
+            found = value
+    return found
 
 
 def _from_env_file(path: str) -> str | None:
@@ -80,7 +97,7 @@ def _from_env_file(path: str) -> str | None:
         return None
     from dotenv import dotenv_values  # pydantic-settings' own reader of the file
 
-    return dotenv_values(path).get(ENV)
+    return _named(dotenv_values(path))
 
 
 def patch() -> None:
@@ -118,10 +135,7 @@ def _said_blocked(event: object) -> None:
 
 def active() -> str:
     """The pool this process runs its slots in."""
-    monkey = sys.modules.get("gevent.monkey")
-    if monkey is not None and monkey.is_module_patched("threading"):
-        return "gevent"
-    return "threads"
+    return "gevent" if green() else "threads"
 
 
 def current() -> Any:

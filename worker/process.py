@@ -327,13 +327,14 @@ def serve(
     log.info("worker_started", queue=rt.queue.name, concurrency=count, pool=pool.active())
     try:
         while not signals.stop.wait(0.2):
+            signals.stop_now_if_asked()
             if burst and not any(s.alive for s in slots):
                 return
             tick(any(s.busy for s in slots))
             if not burst:
                 slots = [_replace_ended(s) for s in slots]
         log.info("worker_stopping", in_flight=len(rt.leases.held()), grace=grace)
-        drain(rt, slots, grace)
+        drain(rt, slots, grace, signals.stop_now_if_asked)
     finally:
         signals.restore()
         if rt.policy_watcher is not None:
@@ -345,15 +346,19 @@ def serve(
         log.info("worker_stopped", still_held=len(rt.leases.held()))
 
 
-def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
+def drain(
+    rt: Runtime, slots: list[Slot], grace: float, check: Callable[[], None] = lambda: None
+) -> None:
     """Take no new jobs; runs in flight hand themselves back at their next step. Returns when
-    no slot is busy or after `grace` seconds."""
+    no slot is busy or after `grace` seconds; `check()` is called as it waits (it may raise:
+    a second signal)."""
     rt.stopping.set()
     for slot in slots:
         slot.request_stop()
     unblock_idle_slots(rt)
     deadline = time.monotonic() + grace
     while any(s.busy for s in slots) and time.monotonic() < deadline:
+        check()
         time.sleep(0.05)
 
 
@@ -402,6 +407,7 @@ class Signals:
 
     def __init__(self, on_hangup: Callable[[], None] | None = None) -> None:
         self.stop = threading.Event()
+        self.now = False  # a second one came: stop at once (`stop_now_if_asked`)
         self.previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -413,11 +419,21 @@ class Signals:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop.is_set():
+            self.now = True
             try:  # said if it can be: the handler may interrupt a write to stderr of its own
                 log.warning("worker_stop_now", signal=signal.Signals(signum).name)
             finally:  # thread, which a second write may refuse (a reentrant call): it stops
-                raise SystemExit(1)
+                # Raised here in the main thread. Under gevent (worker/pool.py) the handler
+                # runs in whichever greenlet holds the thread, a slot's say, where SystemExit
+                # would end that greenlet only: the main one raises it when it next looks.
+                if threading.current_thread() is threading.main_thread():
+                    raise SystemExit(1)
         self.stop.set()
+
+    def stop_now_if_asked(self) -> None:
+        """In the main thread's loops: SystemExit once a second signal came."""
+        if self.now:
+            raise SystemExit(1)
 
     def restore(self) -> None:
         for sig, handler in self.previous.items():

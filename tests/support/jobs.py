@@ -20,3 +20,15 @@ def hog(seconds: float) -> str:
     while time.monotonic() < end:
         pass
     return "finished"
+
+
+def churn(seconds: float) -> str:
+    """Compute in slices of 20 ms with a short wait between them, as a busy slot does: a
+    signal that comes meanwhile is most often handled in this job's thread or greenlet."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        spell = time.monotonic() + 0.02
+        while time.monotonic() < spell:
+            pass
+        time.sleep(0.001)
+    return "finished"

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from tools.threads import green
+
 T = TypeVar("T")
 
 
@@ -41,7 +43,7 @@ class EventLoopThread:
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Run `coroutine` in the loop and wait for it; after `timeout` seconds it is
         cancelled (in the loop) and TimeoutError is raised. Never call from the loop."""
         if threading.current_thread() is self.thread:
@@ -54,7 +56,7 @@ class EventLoopThread:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise TimeoutError(f"no answer within {timeout:g} s") from None
+            raise TimeoutError(f"no answer within {timeout or 0:g} s") from None
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.loop.is_closed():
@@ -74,3 +76,13 @@ def shared_loop() -> EventLoopThread:
         if _shared is None or not _shared.alive:
             _shared = EventLoopThread()
         return _shared
+
+
+def run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
+    """A coroutine run to its end from synchronous code (an async tool's handler, say):
+    `asyncio.run` in an OS thread of its own; in a process whose threads are gevent's
+    greenlets (worker/pool.py) they all share one OS thread, where asyncio sees the shared
+    loop running already, so it runs there instead."""
+    if not green():
+        return asyncio.run(coroutine)
+    return shared_loop().run(coroutine, None)

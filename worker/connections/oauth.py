@@ -20,7 +20,6 @@ a 5xx, an answer that is not a token response). Neither ever carries a token.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from mcp.shared.auth import OAuthMetadata, OAuthToken
 
 from tools.exceptions import bounded
+from tools.mcp.loop import run_to_end
 from worker.connections.store import Grant
 
 TIMEOUT = httpx2.Timeout(10.0)
@@ -234,7 +234,7 @@ def discover(
     metadata) and a client registered there (dynamic registration), unless `registered`
     already holds one for this redirect URI."""
     try:
-        return asyncio.run(_discover(server_url, redirect_uri, client_name, registered))
+        return run_to_end(_discover(server_url, redirect_uri, client_name, registered))
     except (httpx2.HTTPError, ValidationError, ValueError) as error:
         raise ProviderDown(
             f"could not discover the MCP server's authorization server ({type(error).__name__})"
