@@ -324,6 +324,7 @@ class Plan:
     peers: list[str]
     large: bool
     settle: float = 0.0
+    pool: str | None = None  # the workers' --pool; None: their default
 
     @property
     def ideal(self) -> float:
@@ -343,6 +344,7 @@ def plan(args: argparse.Namespace) -> Plan:
         peers=[] if large or args.peers == "none" else args.peers.split(","),
         large=large,
         settle=args.settle,
+        pool=args.pool,
     )
 
 
@@ -402,7 +404,7 @@ def run_rounds(
     try:
         conn = redis.Redis.from_url(url)
         rt = make_runtime(conn, fake.url)
-        flags = worker_args(p.concurrency)
+        flags = worker_args(p.concurrency) + (["--pool", p.pool] if p.pool else [])
         bot_env = worker_env(
             url,
             fake.url,
@@ -565,6 +567,11 @@ def main() -> int:
         default=0.0,
         help="seconds idle before each burst's memory at rest is read (a worker gives its "
         "free memory back within a turn of its main loop, 0.2 s, of going idle)",
+    )
+    parser.add_argument(
+        "--pool",
+        choices=("gevent", "threads"),
+        help="the workers' --pool (default: theirs, SWITCHBOARD_WORKER_POOL's default)",
     )
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--keep-logs", metavar="DIR", help="copy the worker logs to DIR")

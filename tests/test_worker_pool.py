@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
@@ -160,7 +161,7 @@ def test_any_command_line_gives_what_the_parser_and_config_would_or_none(
         assert got is None  # Config refuses the value
 
 
-def _raise(message: str) -> None:
+def _raise(message: str) -> NoReturn:
     raise ValueError(message)
 
 
