@@ -216,6 +216,11 @@ def main() -> int:
     parser.add_argument(
         "--concurrency", type=int, help="runs per Switchboard worker (default: the worker's)"
     )
+    parser.add_argument(
+        "--pool",
+        choices=("gevent", "threads"),
+        help="the Switchboard workers' --pool (default: theirs)",
+    )
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--agents-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -232,6 +237,7 @@ def main() -> int:
         conn = redis.Redis.from_url(url)
         rt = make_runtime(conn, fake.url)
         flags = ["--concurrency", str(args.concurrency)] if args.concurrency else []
+        flags += ["--pool", args.pool] if args.pool else []
         sb_workers = common.switchboard_workers(2, url, fake.url, tmp, *flags)
         rq_workers = [RawRQWorker(url, NOOP_QUEUE, tmp / f"rq-{i}.log") for i in range(2)]
         fork_workers: list[Any] = []
