@@ -69,7 +69,7 @@ def add_worker(verbs: Any) -> None:
         choices=("gevent", "threads"),
         help="what each process carries its runs in: greenlets on one event loop, or OS "
         "threads for tools that block outside Python's sockets (default "
-        "SWITCHBOARD_WORKER_POOL, gevent)",
+        "SWITCHBOARD_WORKER_POOL; unset: gevent, threads for --concurrency 1)",
     )
     p.add_argument("--burst", action="store_true", help="stop when the queue is empty")
     p.add_argument(
@@ -136,7 +136,8 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     from switchboard.supervise import Supervisor
 
     child = ["worker", "--concurrency", str(config.worker_concurrency), "--grace", str(grace)]
-    child += ["--pool", args.pool or config.worker_pool]
+    pool = args.pool or config.worker_pool
+    child += ["--pool", pool] if pool else []  # else each child's own default
     supervisor = Supervisor(child_env(rt, config))
     with supervisor.signals():  # before the children start: a Ctrl-C meanwhile stops them
         for n in range(args.processes):

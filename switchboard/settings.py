@@ -89,9 +89,10 @@ class Config(BaseSettings):
     worker_concurrency: int = Field(128, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
     # What a worker process carries them in: greenlets on one gevent hub (no GIL hand-offs
     # between hundreds of threads: 1,000 runs in one process at ~0.6x the CPU, bench/README.md),
-    # or OS threads, for tools that block without yielding (worker/pool.py). Read before the
-    # process imports anything else, from the environment or .env (or `worker --pool`).
-    worker_pool: Literal["gevent", "threads"] = Field("gevent", alias="SWITCHBOARD_WORKER_POOL")
+    # or OS threads, for tools that block without yielding (worker/pool.py). Unset: gevent,
+    # or threads for a process of one slot. Read before the process imports anything else,
+    # from the environment or .env (or `worker --pool`).
+    worker_pool: Literal["gevent", "threads"] | None = Field(None, alias="SWITCHBOARD_WORKER_POOL")
     # Per person (0 = no limit): questions being worked on at once (more wait in that
     # person's own line, so one burst does not hold up everyone else), questions a minute,
     # and model spend a day (UTC, in the price table's currency).

@@ -121,15 +121,20 @@ def test_the_supervisor_gives_its_children_the_pool_it_was_asked_for(
 WORDS = st.sampled_from(
     (
         *("worker", "--pool", "--poo", "--p", "--processes", "--proc", "--pool=threads"),
-        *("gevent", "threads", "Threads", "2", "1", "--", "x", "--burst"),
+        *("--concurrency", "--conc=1", "gevent", "threads", "Threads", "2", "1", "--", "x"),
+        "--burst",
     )
 )
-NAMES = st.sampled_from([pool.ENV, pool.ENV.lower(), "SWITCHBOARD_WORKER_POOLS"])
+NAMES = st.sampled_from(
+    [pool.ENV, pool.ENV.lower(), "SWITCHBOARD_WORKER_POOLS", pool.CONCURRENCY_ENV]
+)
 
 
 @given(
     args=st.lists(st.one_of(WORDS, st.text(max_size=12)), max_size=8),
-    env=st.dictionaries(NAMES, st.one_of(st.sampled_from(pool.POOLS), st.text(max_size=8))),
+    env=st.dictionaries(
+        NAMES, st.one_of(st.sampled_from((*pool.POOLS, "1", "2")), st.text(max_size=8))
+    ),
 )
 def test_any_command_line_gives_what_the_parser_and_config_would_or_none(
     args: list[str], env: dict[str, str]
@@ -144,21 +149,24 @@ def test_any_command_line_gives_what_the_parser_and_config_would_or_none(
     parser.add_argument("verb")
     parser.add_argument("--pool", choices=pool.POOLS)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--concurrency", type=int)
     parser.add_argument("--burst", action="store_true")
     try:
         parsed = parser.parse_args(["worker", *args])
     except (argparse.ArgumentError, ValueError):
         return  # the worker's parser refuses the line: nothing runs, patched or not
     named = [v for k, v in env.items() if k.upper() == pool.ENV]
-    from_config = named[-1] if named else pool.DEFAULT
-    if parsed.processes > 1:
-        assert got is None  # a supervisor: its children patch
+    slots = env.get(pool.CONCURRENCY_ENV, "128")
+    if parsed.processes != 1:
+        assert got is None  # a supervisor (or refused): its children decide
     elif parsed.pool is not None:
         assert got == parsed.pool
-    elif from_config in pool.POOLS:
-        assert got == from_config
-    else:
-        assert got is None  # Config refuses the value
+    elif named and named[-1]:
+        assert got == (named[-1] if named[-1] in pool.POOLS else None)  # else Config refuses
+    elif parsed.concurrency is not None:
+        assert got == ("threads" if parsed.concurrency == 1 else "gevent")
+    elif slots.strip().isdigit():
+        assert got == ("threads" if int(slots) == 1 else "gevent")
 
 
 def _raise(message: str) -> NoReturn:
@@ -177,15 +185,22 @@ def _raise(message: str) -> NoReturn:
         (["worker", "--pool=gevent"], {pool.ENV: "threads"}, "gevent"),
         (["worker", "--pool", "fibers"], {}, None),  # the parser says what is wrong
         (["worker"], {pool.ENV: "fibers"}, None),  # Config says what is wrong
-        (["worker", "--processes", "2"], {}, None),  # a supervisor: its children patch
+        (["worker", "--processes", "2"], {}, None),  # a supervisor: its children decide
         (["worker", "--proc=2"], {}, None),
         (["worker", "--processes=1", "--pool", "threads"], {}, "threads"),
         (["worker", "--processes", "two"], {}, None),
         (["worker", "--p", "threads"], {}, None),  # ambiguous: the parser refuses it
         (["worker", "--", "--pool", "threads"], {}, "gevent"),
+        # one slot: nothing to switch between, and a thread's wait costs less
+        (["worker", "--concurrency", "1"], {}, "threads"),
+        (["worker", "--conc=1"], {pool.CONCURRENCY_ENV: "64"}, "threads"),
+        (["worker"], {pool.CONCURRENCY_ENV.lower(): "1"}, "threads"),
+        (["worker", "--concurrency", "2"], {pool.CONCURRENCY_ENV: "1"}, "gevent"),
+        (["worker", "--concurrency", "1"], {pool.ENV: "gevent"}, "gevent"),
+        (["worker", "--concurrency", "1", "--pool", "gevent"], {}, "gevent"),
     ],
 )
-def test_the_pool_comes_from_the_flag_then_the_environment_then_the_default(
+def test_the_pool_comes_from_the_flag_then_the_environment_then_the_slots(
     args: list[str], environ: dict[str, str], expected: str | None
 ) -> None:
     assert pool.requested(args, environ, env_file="/nonexistent/.env") == expected
@@ -196,6 +211,8 @@ def test_the_pool_is_read_from_the_env_file_when_the_environment_has_none(tmp_pa
     env_file.write_text(f"{pool.ENV.lower()}=threads\n")
     assert pool.requested(["worker"], {}, env_file=str(env_file)) == "threads"
     assert pool.requested(["worker"], {pool.ENV: "gevent"}, env_file=str(env_file)) == "gevent"
+    env_file.write_text(f"{pool.CONCURRENCY_ENV}=1\n")
+    assert pool.requested(["worker"], {}, env_file=str(env_file)) == "threads"
 
 
 # -- what runs in a gevent worker's one OS thread ----------------------------------------------

@@ -1,5 +1,5 @@
 """How a worker process carries many runs at once: its slots as greenlets on one gevent hub
-(`gevent`, the default), or as OS threads (`threads`).
+(`gevent`, the default), or as OS threads (`threads`, the default for a process of one slot).
 
 A run waits on sockets almost all its working time (the model's HTTP answer, Redis), and the
 slots' code is the same either way: RQ `SimpleWorker` loops (worker/process.py) over the
@@ -11,7 +11,9 @@ no GIL hand-offs between hundreds of threads, no thread stacks. Measured (bench/
 bench_latency.py, the same machine and run): 1,000 runs at 2 s a call in ONE process took
 12.4-14.2 s and 11-12 s of CPU under `gevent` against 19.2-22.4 s and 19-22 s under
 `threads`, as fast as four processes of 250; the default burst of 100 runs 1.0-1.2 s of CPU
-against 1.6 s.
+against 1.6 s. At one slot, with nothing to switch between, it is the other way round: each
+wait through the event loop costs more than a thread's blocking call (17.5-18.1 against
+11.7-13.5 ms of CPU a run), so a process of one slot runs in threads unless told otherwise.
 
 The price is the one every gevent program pays (Celery's `-P gevent`, gunicorn's gevent
 workers): code that blocks without yielding (a C extension's own socket or a long
@@ -35,8 +37,8 @@ from typing import Any, NoReturn
 from tools.threads import green
 
 POOLS = ("gevent", "threads")
-DEFAULT = "gevent"
 ENV = "SWITCHBOARD_WORKER_POOL"
+CONCURRENCY_ENV = "SWITCHBOARD_WORKER_CONCURRENCY"
 ENV_FILE = ".env"  # where Config (pydantic-settings) reads it too, from the current folder
 BLOCKED_AFTER = 1.0  # s without a switch on the event loop: said (a run's lease is 15 s)
 WHERE_FRAMES = 4  # innermost frames named when it is
@@ -48,21 +50,22 @@ def requested(
     """The pool a `switchboard worker` command line asks for, read before anything else is
     imported, as the worker's parser and Config will read it: `--pool` (abbreviated as
     argparse allows), else SWITCHBOARD_WORKER_POOL in the environment, else in the .env file
-    (the name in any case, as pydantic-settings reads it), else the default. None when the
-    process only supervises others (`--processes` above 1: each child patches itself) or a
-    value is not one the parser or Config takes (they then refuse it with their message)."""
+    (names in any case, as pydantic-settings reads them), else `threads` for a process of one
+    slot (`--concurrency`, SWITCHBOARD_WORKER_CONCURRENCY: nothing to switch between, and a
+    thread's blocking call costs less CPU than a wait on the event loop) and `gevent` for
+    more. None when the process only supervises others (`--processes` above 1: each child
+    decides for itself) or a value is not one the parser or Config takes (they then refuse
+    it with their message)."""
     try:
         given, _ = _Options().parse_known_args(list(args))
     except _Refused:
         return None
-    try:
-        if int(given.processes) > 1:
-            return None
-    except ValueError:
-        return None
-    pool = given.pool
+    if _number(given.processes) != 1:
+        return None  # above 1, or refused
+    pool = given.pool or _setting(ENV, environ, env_file)
     if pool is None:
-        pool = _named(environ) or _from_env_file(env_file) or DEFAULT
+        slots = given.concurrency or _setting(CONCURRENCY_ENV, environ, env_file) or "128"
+        pool = "threads" if _number(slots) == 1 else "gevent"
     return pool if pool in POOLS else None
 
 
@@ -71,33 +74,46 @@ class _Refused(Exception):
 
 
 class _Options(argparse.ArgumentParser):
-    """The worker parser's two options this needs, taken as it takes them, and anything else
+    """The worker parser's options this needs, taken as it takes them, and anything else
     left alone; what it would refuse raises instead of ending the process."""
 
     def __init__(self) -> None:
         super().__init__(add_help=False)
         self.add_argument("--pool")
         self.add_argument("--processes", default="1")
+        self.add_argument("--concurrency")
 
     def error(self, message: str) -> NoReturn:
         raise _Refused(message)
 
 
-def _named(values: Mapping[str, str | None]) -> str | None:
-    """SWITCHBOARD_WORKER_POOL's value, its name in any case (the last one set wins)."""
+def _number(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _setting(name: str, environ: Mapping[str, str], env_file: str) -> str | None:
+    """A setting's value from the environment, else from the .env file, as Config reads it:
+    its name in any case (the last one set wins)."""
+    return _named(name, environ) or _named(name, _from_env_file(env_file))
+
+
+def _named(name: str, values: Mapping[str, str | None]) -> str | None:
     found = None
-    for name, value in values.items():
-        if name.upper() == ENV and value is not None:
+    for key, value in values.items():
+        if key.upper() == name and value is not None:
             found = value
     return found
 
 
-def _from_env_file(path: str) -> str | None:
+def _from_env_file(path: str) -> Mapping[str, str | None]:
     if not Path(path).is_file():
-        return None
+        return {}
     from dotenv import dotenv_values  # pydantic-settings' own reader of the file
 
-    return _named(dotenv_values(path))
+    return dotenv_values(path)
 
 
 def patch() -> None:
