@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,7 +18,7 @@ from rq.job import Job, JobStatus
 
 from tests.fakes.openai_server import Fault, Script, Turn
 from tests.support.mcp_servers import installed, write_config
-from tests.support.processes import WorkerProcess, logged, worker_env
+from tests.support.processes import ROOT, WorkerProcess, logged, worker_env
 from tests.support.runtime import approve_first, make_runtime, requester, wait_for_run, wait_until
 from tools.builtin.tickets import TicketStore
 from worker import pool, service
@@ -306,3 +308,43 @@ def test_code_that_holds_the_event_loop_is_said_with_where_it_was(
         )
     finally:
         worker.stop()
+
+
+# A slot waiting for a coroutine in the shared loop (an async tool) is stopped the way the
+# watchdog stops a job past its timeout: the coroutine is cancelled with it.
+STOPPED_WAITER = """
+from worker import pool
+pool.patch()
+import asyncio
+import gevent
+from tools.mcp.loop import run_to_end
+
+ended = []
+
+async def forever():
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        ended.append("cancelled")
+
+slot = gevent.spawn(run_to_end, forever())
+gevent.sleep(0.2)
+slot.kill(RuntimeError, block=True)
+for _ in range(250):
+    if ended:
+        break
+    gevent.sleep(0.02)
+print(ended)
+"""
+
+
+def test_a_coroutine_whose_waiting_slot_is_stopped_is_cancelled_not_left_running() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_WAITER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['cancelled']", done.stdout

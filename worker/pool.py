@@ -163,10 +163,10 @@ def current() -> Any:
     return threading.get_ident()
 
 
-def interrupt(target: Any, exception: type[BaseException]) -> None:
+def interrupt(target: Any, exception: type[BaseException] | BaseException) -> None:
     """Raise `exception` in `target` (from `current()`, called there): a greenlet gets it
-    where it waits; a thread at its next Python instruction, after a blocking C call
-    returns."""
+    where it waits; a thread (only an exception class, then) at its next Python instruction,
+    after a blocking C call returns."""
     if isinstance(target, int):
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(target), ctypes.py_object(exception)

@@ -408,6 +408,7 @@ class Signals:
     def __init__(self, on_hangup: Callable[[], None] | None = None) -> None:
         self.stop = threading.Event()
         self.now = False  # a second one came: stop at once (`stop_now_if_asked`)
+        self.main = pool.current()  # the thread (or greenlet) that stops the process
         self.previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -425,9 +426,12 @@ class Signals:
             finally:  # thread, which a second write may refuse (a reentrant call): it stops
                 # Raised here in the main thread. Under gevent (worker/pool.py) the handler
                 # runs in whichever greenlet holds the thread, a slot's say, where SystemExit
-                # would end that greenlet only: the main one raises it when it next looks.
+                # would end that greenlet only: it is thrown into the main one, where it
+                # waits (a Redis reply, a sleep), and its loops look at `now` besides.
                 if threading.current_thread() is threading.main_thread():
                     raise SystemExit(1)
+                if pool.active() == "gevent":
+                    pool.interrupt(self.main, SystemExit(1))
         self.stop.set()
 
     def stop_now_if_asked(self) -> None:

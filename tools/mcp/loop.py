@@ -57,6 +57,9 @@ class EventLoopThread:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError(f"no answer within {timeout or 0:g} s") from None
+        except BaseException:  # the waiter stopped (a job's timeout thrown into its greenlet,
+            future.cancel()  # worker/pool.py): the coroutine must not run on without it
+            raise
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.loop.is_closed():
