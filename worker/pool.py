@@ -63,7 +63,7 @@ def requested(
     if _number(given.processes) != 1:
         return None  # above 1, or refused
     pool = given.pool or _setting(ENV, environ, env_file)
-    if pool is None:
+    if pool is None:  # by the slots: one, or more (Config's default is 128)
         slots = given.concurrency or _setting(CONCURRENCY_ENV, environ, env_file) or "128"
         pool = "threads" if _number(slots) == 1 else "gevent"
     return pool if pool in POOLS else None

@@ -327,14 +327,13 @@ def serve(
     log.info("worker_started", queue=rt.queue.name, concurrency=count, pool=pool.active())
     try:
         while not signals.stop.wait(0.2):
-            signals.stop_now_if_asked()
             if burst and not any(s.alive for s in slots):
                 return
             tick(any(s.busy for s in slots))
             if not burst:
                 slots = [_replace_ended(s) for s in slots]
         log.info("worker_stopping", in_flight=len(rt.leases.held()), grace=grace)
-        drain(rt, slots, grace, signals.stop_now_if_asked)
+        drain(rt, slots, grace)
     finally:
         signals.restore()
         if rt.policy_watcher is not None:
@@ -346,19 +345,15 @@ def serve(
         log.info("worker_stopped", still_held=len(rt.leases.held()))
 
 
-def drain(
-    rt: Runtime, slots: list[Slot], grace: float, check: Callable[[], None] = lambda: None
-) -> None:
+def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
     """Take no new jobs; runs in flight hand themselves back at their next step. Returns when
-    no slot is busy or after `grace` seconds; `check()` is called as it waits (it may raise:
-    a second signal)."""
+    no slot is busy or after `grace` seconds."""
     rt.stopping.set()
     for slot in slots:
         slot.request_stop()
     unblock_idle_slots(rt)
     deadline = time.monotonic() + grace
     while any(s.busy for s in slots) and time.monotonic() < deadline:
-        check()
         time.sleep(0.05)
 
 
@@ -407,7 +402,6 @@ class Signals:
 
     def __init__(self, on_hangup: Callable[[], None] | None = None) -> None:
         self.stop = threading.Event()
-        self.now = False  # a second one came: stop at once (`stop_now_if_asked`)
         self.main = pool.current()  # the thread (or greenlet) that stops the process
         self.previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():  # only it may set handlers
@@ -420,24 +414,18 @@ class Signals:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop.is_set():
-            self.now = True
             try:  # said if it can be: the handler may interrupt a write to stderr of its own
                 log.warning("worker_stop_now", signal=signal.Signals(signum).name)
             finally:  # thread, which a second write may refuse (a reentrant call): it stops
                 # Raised here in the main thread. Under gevent (worker/pool.py) the handler
                 # runs in whichever greenlet holds the thread, a slot's say, where SystemExit
                 # would end that greenlet only: it is thrown into the main one, where it
-                # waits (a Redis reply, a sleep), and its loops look at `now` besides.
+                # waits (a Redis reply, a sleep).
                 if threading.current_thread() is threading.main_thread():
                     raise SystemExit(1)
                 if pool.active() == "gevent":
                     pool.interrupt(self.main, SystemExit(1))
         self.stop.set()
-
-    def stop_now_if_asked(self) -> None:
-        """In the main thread's loops: SystemExit once a second signal came."""
-        if self.now:
-            raise SystemExit(1)
 
     def restore(self) -> None:
         for sig, handler in self.previous.items():
