@@ -8,10 +8,10 @@ sleeps and threads are gevent's (`monkey.patch_all`, applied before anything els
 imported, see `switchboard.cli.main`), so every wait hands over to the next ready slot on one
 event loop in the main thread, instead of releasing the GIL for another OS thread to take:
 no GIL hand-offs between hundreds of threads, no thread stacks. Measured (bench/README.md,
-bench_latency.py, the same machine and run): 1,000 runs at 2 s a call in ONE process took
-12.4-14.2 s and 11-12 s of CPU under `gevent` against 19.2-22.4 s and 19-22 s under
-`threads`, as fast as four processes of 250; the default burst of 100 runs 1.0-1.2 s of CPU
-against 1.6 s. At one slot, with nothing to switch between, it is the other way round: each
+bench_latency.py, alternated on one machine): 1,000 runs at 2 s a call in ONE process took
+12.4-20.3 s and 11-17 s of CPU under `gevent` against 19.2-55.8 s and 19-54 s under
+`threads`, within 1.1-1.4x of four processes of 250; the default burst of 100 runs 1.0-1.3 s
+of CPU against 1.6 s. At one slot, with nothing to switch between, it is the other way round: each
 wait through the event loop costs more than a thread's blocking call (17.5-18.1 against
 11.7-13.5 ms of CPU a run), so a process of one slot runs in threads unless told otherwise.
 

@@ -8,7 +8,7 @@ the GIL is released on every socket wait and a step's CPU is milliseconds. Their
 measured: CPU per run grows with the slots (the GIL handed over at every blocking call), so
 one process carried 1,000 runs at 1.8x the time of four processes of 250 (bench/README.md).
 By default the threads are gevent's greenlets (worker/pool.py): the same code, every wait a
-hand-over on one event loop, and 1,000 runs in one process as fast as in four.
+hand-over on one event loop, and 1,000 runs in one process within 1.1-1.4x of four.
 
 SimpleWorker runs jobs in the worker process instead of forking one per job: measured here,
 two fork-per-job workers did ~74 no-op jobs/s and two SimpleWorkers ~370. Forking buys crash
