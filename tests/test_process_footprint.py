@@ -99,3 +99,33 @@ def test_the_bot_does_not_load_the_openai_sdk_that_a_worker_loads_to_call_the_mo
     assert done.returncode == 0, done.stderr[-2000:]
     said = [line for line in done.stdout.splitlines() if line.startswith(("BOT", "CHECKED"))]
     assert said == ["BOT gpt-named False False", "CHECKED True"]
+
+
+# `python -m switchboard ARGS` as a shell runs it, then whether redis-py and OpenTelemetry's
+# metrics SDK were imported.
+COMMAND = """
+import runpy, sys
+sys.argv = ["switchboard", *sys.argv[1:]]
+try:
+    runpy.run_module("switchboard", run_name="__main__")
+except SystemExit:
+    pass
+print("LOADED", "redis" in sys.modules, "opentelemetry.sdk.metrics" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("args", [["bot", "--help"], ["worker", "--help"], ["status"]])
+def test_commands_do_not_load_the_metrics_sdk_that_redis_py_would_import(
+    redis_url: str, tmp_path: Path, args: list[str]
+) -> None:
+    """redis-py imports OpenTelemetry's metrics SDK when it is installed (as it is, for
+    traces), to learn whether it could record metrics Switchboard never asks for: ~0.5 s of a
+    loaded machine's start-up and 2-8 MiB a process. The verbs' modules import redis before
+    the command runs (the bot's and the worker's through approvals): a hiding done only in
+    `run` came too late for them."""
+    env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND, *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    said = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
+    assert said == ["LOADED True False"], (done.stdout[-1000:], done.stderr[-2000:])
