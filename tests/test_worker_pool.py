@@ -283,6 +283,29 @@ def test_an_async_tool_runs_in_a_gevent_worker_beside_the_mcp_servers_loop(
         worker.stop()
 
 
+def test_a_gevent_workers_slots_each_keep_their_own_spare_thread(
+    redis_url, redis_conn, model_server, tmp_path
+) -> None:
+    """tools.threads keeps each slot's spare in a thread-local. Imported before the patch (by
+    worker/pool.py), it was the OS thread's: the one all greenlets share, so every model and
+    tool call started a thread of its own (5-7 % of a worker's CPU at 1,000 runs)."""
+    model_server.route("Where", [Turn(tool_calls=[("where_am_i", {})]), "Found."])
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    env = worker_env(
+        redis_url, model_server.url, tmp_path, SWITCHBOARD_TOOLS="tests.support.thread_tools"
+    )
+    worker = WorkerProcess(env, log, "--concurrency", "4")
+    try:
+        assert started_line(log)["pool"] == "gevent"
+        run = service.submit(rt, "Where do calls run?", requester(rt, "UWHERE"))
+        assert wait_for_run(rt, run.id, timeout=30).status == RunStatus.COMPLETED
+        said = [m["content"] for m in model_server.chat_requests[-1]["messages"]]
+        assert "spares kept per greenlet" in said, said
+    finally:
+        worker.stop()
+
+
 def test_code_that_holds_the_event_loop_is_said_with_where_it_was(
     redis_url, redis_conn, model_server, tmp_path
 ) -> None:

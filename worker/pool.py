@@ -34,8 +34,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tools.threads import green
-
 POOLS = ("gevent", "threads")
 ENV = "SWITCHBOARD_WORKER_POOL"
 CONCURRENCY_ENV = "SWITCHBOARD_WORKER_CONCURRENCY"
@@ -151,6 +149,9 @@ def _said_blocked(event: object) -> None:
 
 def active() -> str:
     """The pool this process runs its slots in."""
+    from tools.threads import green  # not at the top: imported before `patch`, the `tools`
+    # package (asyncio, ssl) and tools.threads' thread-local would be the OS thread's
+
     return "gevent" if green() else "threads"
 
 
