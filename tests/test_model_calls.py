@@ -33,9 +33,11 @@ from tests.support.runtime import (
     wait_until,
     work,
 )
+from tools.declare import make_tool
 from worker import metrics, service
 from worker.library import Selector, TaskLibrary
 from worker.model import POOL_THREADS, ModelClient, ModelError, Sampling, Spent, pools_for
+from worker.model_base import ToolSpecs, encode_body
 from worker.run import Budgets, EndReason, Run, RunStatus
 from worker.surface import SilentSurface
 
@@ -767,3 +769,45 @@ def test_an_error_never_quotes_the_key_even_one_http_refuses(model_server: FakeO
     with pytest.raises(ModelError) as failed:
         client.complete(QUESTION, [], 5.0, max_tokens=8)
     assert "could not reach" in failed.value.detail and "secret" not in failed.value.detail
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(
+    described=st.lists(st.text(max_size=40), min_size=1, max_size=4),
+    extra=st.dictionaries(st.text().filter(lambda k: k != "tools"), JSON_VALUES, max_size=4),
+)
+def test_a_body_with_its_tools_text_spliced_in_reads_as_the_body_encoded_whole(
+    described: list[str], extra: dict[str, Any]
+) -> None:
+    """Each tool's entry is encoded once (Tool.openai_spec_json) and spliced into the body
+    (encode_body): the server reads the same JSON as if the body were encoded at once."""
+    tools = [
+        make_tool(lambda: "x", effect="read", name=f"t{n}", description=f"d {text}")
+        for n, text in enumerate(described)
+    ]
+    specs = ToolSpecs(tools)
+    body = {**extra, "tools": specs}
+    assert json.loads(encode_body(body)) == json.loads(json.dumps({**body, "tools": list(specs)}))
+    assert json.loads(encode_body({"tools": specs})) == {"tools": list(specs)}
+
+
+def test_the_offered_tools_reach_the_server_as_the_registry_declares_them(
+    model_server: FakeOpenAI,
+) -> None:
+    model_server.script = ["fine"]
+    client = ModelClient(model="gpt-fake", api_key="k", base_url=model_server.url)
+    tools = [make_tool(lambda: "x", effect="read", name="lookup", description="Findé a “course”")]
+    client.complete([{"role": "user", "content": "q"}], ToolSpecs(tools), 5.0, max_tokens=64)
+    (sent,) = model_server.chat_requests
+    assert sent["tools"] == [tools[0].openai_spec()]
+    assert (sent["model"], sent["max_tokens"]) == ("gpt-fake", 64)

@@ -46,6 +46,11 @@ def canonical_json(value: Any) -> str:
     )
 
 
+def compact_json(value: Any) -> str:
+    """JSON text in its keys' order, no spaces, UTF-8 kept as is: as a request carries it."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 class Decodable(Protocol):
     """What decoding needs of a tool (tools.registry.Tool)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import math
@@ -16,7 +17,13 @@ from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError
 
 from tools.context import ToolContext
-from tools.decode import argument_error, canonical_json, json_type, schema_problems
+from tools.decode import (
+    argument_error,
+    canonical_json,
+    compact_json,
+    json_type,
+    schema_problems,
+)
 from tools.exceptions import (
     DuplicateToolError,
     OperatorError,
@@ -135,6 +142,14 @@ class Tool:
         if self.strict:
             function["strict"] = True
         return {"type": "function", "function": function}
+
+    @functools.cached_property
+    def openai_spec_json(self) -> str:
+        """`openai_spec()` as the JSON text a request carries (`compact_json`), encoded once:
+        a request's body is encoded at every model call, and its tools' entries are the same
+        at each, two thirds of the body (worker/model.py `ToolSpecs`). A tool is not changed
+        once made (frozen, its schema not edited in place)."""
+        return compact_json(self.openai_spec())
 
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
         """Check decoded arguments against the schema; raise ArgumentError if unusable."""

@@ -26,7 +26,7 @@ from worker import executor, grounding, metrics, profiles, reminders, standing, 
 from worker.budgets import exhausted
 from worker.events import EventKind
 from worker.library import Demonstration
-from worker.model_base import ModelError
+from worker.model_base import ModelError, ToolSpecs
 from worker.model_watch import StepWatch
 from worker.prompt import build_messages
 from worker.roles import RolesUnavailable, recheck
@@ -170,7 +170,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     model = rt.require_model(profiles.model_name(run))
     allowed = set(profiles.offered_tools(rt, run))
     demos = select_demos(rt, run, allowed)
-    specs = [tool.openai_spec() for tool in rt.registry if tool.name in allowed]
+    specs = ToolSpecs(tool for tool in rt.registry if tool.name in allowed)
     remaining = run.budgets.deadline_seconds - clock.total()
     timeout = max(1.0, min(rt.settings.model_timeout, remaining))
     # the reply's bound: the profile's or the setting, within what the token budget has left

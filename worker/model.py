@@ -27,6 +27,7 @@ from worker.model_base import Sampling as Sampling
 from worker.model_base import Spent as Spent
 from worker.model_base import TokensKnown as TokensKnown
 from worker.model_base import Watch as Watch
+from worker.model_base import encode_body
 from worker.model_base import pools_for as pools_for
 from worker.streaming import TextSink, TurnAccumulator
 from worker.turns import ModelTurn, as_list, get_field, read_turn
@@ -568,8 +569,7 @@ class _Direct:
 
         if self.redirected:
             return None
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        sent = content.encode()
+        sent = encode_body(body).encode()
         headers = [
             *self.headers,
             (b"Content-Length", str(len(sent)).encode()),

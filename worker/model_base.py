@@ -6,11 +6,16 @@ and not the openai SDK."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from tools.decode import compact_json
 from worker.streaming import TextSink
 from worker.turns import ModelTurn
+
+if TYPE_CHECKING:
+    from tools.registry import Tool
 
 # Threads per HTTP connection pool. The pool (httpx's, under the SDK) does work proportional to
 # its connections and waiting requests, under one lock, at every request start and response
@@ -113,3 +118,24 @@ class Model(Protocol):
         max_tokens: int | None = None,
         watch: Watch | None = None,
     ) -> ModelTurn: ...
+
+
+class ToolSpecs(list[dict[str, Any]]):
+    """A request's `tools` entries, with their JSON text as posted: each tool's own, encoded
+    once (`Tool.openai_spec_json`), joined. `encode_body` splices it in, where json.dumps
+    encoded the entries again at every model call (0.1-0.2 ms a call measured in a worker
+    at 100 slots: the JSON of a request was a tenth of its CPU)."""
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        offered = list(tools)
+        super().__init__(tool.openai_spec() for tool in offered)
+        self.text = "[" + ",".join(tool.openai_spec_json for tool in offered) + "]"
+
+
+def encode_body(body: dict[str, Any]) -> str:
+    """A request's body as posted (`compact_json`), its ToolSpecs' text spliced in."""
+    tools = body.get("tools")
+    if not isinstance(tools, ToolSpecs):
+        return compact_json(body)
+    rest = compact_json({name: value for name, value in body.items() if name != "tools"})
+    return f'{rest[:-1]}{"," if len(rest) > 2 else ""}"tools":{tools.text}}}'
