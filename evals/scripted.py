@@ -86,7 +86,7 @@ class ScriptedModel:
     def complete(
         self,
         messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
         timeout: float,
         sink: TextSink | None = None,
         *,

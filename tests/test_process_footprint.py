@@ -120,9 +120,9 @@ def test_commands_do_not_load_the_metrics_sdk_that_redis_py_would_import(
 ) -> None:
     """redis-py imports OpenTelemetry's metrics SDK when it is installed (as it is, for
     traces), to learn whether it could record metrics Switchboard never asks for: ~0.5 s of a
-    loaded machine's start-up and 2-8 MiB a process. The verbs' modules import redis before
+    loaded machine's start-up and 2 MiB of an idle bot. The verbs' modules import redis before
     the command runs (the bot's and the worker's through approvals): a hiding done only in
-    `run` came too late for them."""
+    `run` came too late for them (`status`, whose module does not, is the `run` path)."""
     env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path)
     done = subprocess.run(
         [sys.executable, "-c", COMMAND, *args], env=env, capture_output=True, text=True, timeout=120

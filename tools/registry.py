@@ -147,8 +147,8 @@ class Tool:
     def openai_spec_json(self) -> str:
         """`openai_spec()` as the JSON text a request carries (`compact_json`), encoded once:
         a request's body is encoded at every model call, and its tools' entries are the same
-        at each, two thirds of the body (worker/model.py `ToolSpecs`). A tool is not changed
-        once made (frozen, its schema not edited in place)."""
+        at each (worker/model_base.py `ToolSpecs`). A tool is not changed once made (frozen,
+        its schema not edited in place)."""
         return compact_json(self.openai_spec())
 
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:

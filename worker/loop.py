@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -235,7 +236,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     return Finish(RunStatus.COMPLETED)
 
 
-def check_grounding(rt: Runtime, run: Run, specs: list[dict[str, Any]]) -> None:
+def check_grounding(rt: Runtime, run: Run, specs: Sequence[dict[str, Any]]) -> None:
     """Where tools were offered, the facts the answer states (figures, ids, names) must come
     from a tool result, from what the user wrote, or from the operator's text."""
     if not specs:

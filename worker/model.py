@@ -10,6 +10,7 @@ import ssl
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx2  # the SDK's transport, not the SDK (worker/connections/oauth.py loads it too)
@@ -177,7 +178,10 @@ class ModelClient:
         log.warning(event, kind=exc.kind, server=self.server, model=self.model, error=exc.detail)
 
     def request_body(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        max_tokens: int | None,
     ) -> dict[str, Any]:
         """The request as sent, but for the model's name. It is plain JSON already and posted
         as it is (`_request`): handed to `create(messages=...)`, the SDK would first walk every
@@ -203,7 +207,7 @@ class ModelClient:
     def complete(
         self,
         messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
         timeout: float,
         sink: TextSink | None = None,
         *,

@@ -6,7 +6,7 @@ and not the openai SDK."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -111,7 +111,7 @@ class Model(Protocol):
     def complete(
         self,
         messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
         timeout: float,
         sink: TextSink | None = None,
         *,
@@ -120,20 +120,24 @@ class Model(Protocol):
     ) -> ModelTurn: ...
 
 
-class ToolSpecs(list[dict[str, Any]]):
-    """A request's `tools` entries, with their JSON text as posted: each tool's own, encoded
-    once (`Tool.openai_spec_json`), joined. `encode_body` splices it in, where json.dumps
-    encoded the entries again at every model call (0.1-0.2 ms a call measured in a worker
-    at 100 slots: the JSON of a request was a tenth of its CPU)."""
+class ToolSpecs(tuple[dict[str, Any], ...]):
+    """A request's `tools` entries (a tuple: its text could not follow a change), with their
+    JSON text as posted: each tool's own, encoded once (`Tool.openai_spec_json`), joined.
+    `encode_body` splices it in, where json.dumps encoded the entries again at every model
+    call: measured in a worker at 100 slots (800 calls of 8.4 KB), 59 us a body against 97."""
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    text: str
+
+    def __new__(cls, tools: Iterable[Tool]) -> ToolSpecs:
         offered = list(tools)
-        super().__init__(tool.openai_spec() for tool in offered)
-        self.text = "[" + ",".join(tool.openai_spec_json for tool in offered) + "]"
+        specs = super().__new__(cls, (tool.openai_spec() for tool in offered))
+        specs.text = "[" + ",".join(tool.openai_spec_json for tool in offered) + "]"
+        return specs
 
 
 def encode_body(body: dict[str, Any]) -> str:
-    """A request's body as posted (`compact_json`), its ToolSpecs' text spliced in."""
+    """A request's body as posted (`compact_json`), its ToolSpecs' text spliced in (as its
+    last key: the same JSON object as the body encoded whole, keys aside)."""
     tools = body.get("tools")
     if not isinstance(tools, ToolSpecs):
         return compact_json(body)
