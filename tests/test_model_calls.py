@@ -804,10 +804,13 @@ def test_a_body_with_its_tools_text_spliced_in_reads_as_the_body_encoded_whole(
 def test_the_offered_tools_reach_the_server_as_the_registry_declares_them(
     model_server: FakeOpenAI,
 ) -> None:
-    model_server.script = ["fine"]
+    """Posted directly (spliced) and streamed (through the SDK's client)."""
+    model_server.script = ["fine", "fine"]
     client = ModelClient(model="gpt-fake", api_key="k", base_url=model_server.url)
     tools = [make_tool(lambda: "x", effect="read", name="lookup", description="Findé a “course”")]
-    client.complete([{"role": "user", "content": "q"}], ToolSpecs(tools), 5.0, max_tokens=64)
-    (sent,) = model_server.chat_requests
-    assert sent["tools"] == [tools[0].openai_spec()]
-    assert (sent["model"], sent["max_tokens"]) == ("gpt-fake", 64)
+    question = [{"role": "user", "content": "q"}]
+    client.complete(question, ToolSpecs(tools), 5.0, max_tokens=64)
+    client.complete(question, ToolSpecs(tools), 5.0, KeptText(), max_tokens=64)
+    posted, streamed = model_server.chat_requests
+    assert posted["tools"] == streamed["tools"] == [tools[0].openai_spec()]
+    assert (posted["model"], posted["max_tokens"], streamed.get("stream")) == ("gpt-fake", 64, True)
