@@ -4,18 +4,22 @@ threads (`--pool threads`), with the same results, approvals and job timeouts.""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn
+from unittest import mock
 
 import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from rq.job import Job, JobStatus
 
+from switchboard.settings import Config
 from tests.fakes.openai_server import Fault, Script, Turn
 from tests.support.mcp_servers import installed, write_config
 from tests.support.processes import ROOT, WorkerProcess, logged, worker_env
@@ -128,7 +132,10 @@ WORDS = st.sampled_from(
     )
 )
 NAMES = st.sampled_from(
-    [pool.ENV, pool.ENV.lower(), "SWITCHBOARD_WORKER_POOLS", pool.CONCURRENCY_ENV]
+    [
+        *(pool.ENV, pool.ENV.lower(), "SWITCHBOARD_WORKER_POOLS", pool.CONCURRENCY_ENV),
+        *("WORKER_POOL", "worker_pool", "WORKER_CONCURRENCY", "worker_concurrency"),
+    ]
 )
 
 
@@ -157,18 +164,22 @@ def test_any_command_line_gives_what_the_parser_and_config_would_or_none(
         parsed = parser.parse_args(["worker", *args])
     except (argparse.ArgumentError, ValueError):
         return  # the worker's parser refuses the line: nothing runs, patched or not
-    named = [v for k, v in env.items() if k.upper() == pool.ENV]
-    slots = env.get(pool.CONCURRENCY_ENV, "128")
     if parsed.processes != 1:
         assert got is None  # a supervisor (or refused): its children decide
-    elif parsed.pool is not None:
+        return
+    if parsed.pool is not None:
         assert got == parsed.pool
-    elif named and named[-1]:
-        assert got == (named[-1] if named[-1] in pool.POOLS else None)  # else Config refuses
-    elif parsed.concurrency is not None:
-        assert got == ("threads" if parsed.concurrency == 1 else "gevent")
-    elif slots.strip().isdigit():
-        assert got == ("threads" if int(slots) == 1 else "gevent")
+        return
+    with mock.patch.dict(os.environ, env, clear=True):
+        try:
+            config = Config(_env_file=None)
+        except ValidationError:
+            return  # Config refuses the environment: nothing runs, patched or not
+    if config.worker_pool is not None:
+        assert got == config.worker_pool
+    else:
+        slots = parsed.concurrency if parsed.concurrency is not None else config.worker_concurrency
+        assert got == ("threads" if slots == 1 else "gevent")
 
 
 def _raise(message: str) -> NoReturn:
@@ -200,6 +211,10 @@ def _raise(message: str) -> NoReturn:
         (["worker", "--concurrency", "2"], {pool.CONCURRENCY_ENV: "1"}, "gevent"),
         (["worker", "--concurrency", "1"], {pool.ENV: "gevent"}, "gevent"),
         (["worker", "--concurrency", "1", "--pool", "gevent"], {}, "gevent"),
+        # Config reads a setting by its field's name too, after its own name
+        (["worker"], {"WORKER_POOL": "threads"}, "threads"),
+        (["worker"], {"worker_pool": "threads", pool.ENV: "gevent"}, "gevent"),
+        (["worker"], {"WORKER_CONCURRENCY": "1"}, "threads"),
     ],
 )
 def test_the_pool_comes_from_the_flag_then_the_environment_then_the_slots(

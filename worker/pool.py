@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 POOLS = ("gevent", "threads")
 ENV = "SWITCHBOARD_WORKER_POOL"
 CONCURRENCY_ENV = "SWITCHBOARD_WORKER_CONCURRENCY"
+FIELD_NAMES = {ENV: "WORKER_POOL", CONCURRENCY_ENV: "WORKER_CONCURRENCY"}  # Config's fields
 ENV_FILE = ".env"  # where Config (pydantic-settings) reads it too, from the current folder
 BLOCKED_AFTER = 1.0  # s without a switch on the event loop: said (a run's lease is 15 s)
 WHERE_FRAMES = 4  # innermost frames named when it is
@@ -93,9 +94,15 @@ def _number(text: str) -> int | None:
 
 
 def _setting(name: str, environ: Mapping[str, str], env_file: str) -> str | None:
-    """A setting's value from the environment, else from the .env file, as Config reads it:
-    its name in any case (the last one set wins)."""
-    return _named(name, environ) or _named(name, _from_env_file(env_file))
+    """A setting's value as Config reads it: by its name in any case (the last one set wins),
+    from the environment, else the .env file; then likewise by its field's name
+    (`populate_by_name`: WORKER_POOL is read too, after SWITCHBOARD_WORKER_POOL)."""
+    from_file = _from_env_file(env_file)
+    for each in (name, FIELD_NAMES[name]):
+        value = _named(each, environ) or _named(each, from_file)
+        if value:
+            return value
+    return None
 
 
 def _named(name: str, values: Mapping[str, str | None]) -> str | None:
