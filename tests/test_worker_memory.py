@@ -136,7 +136,7 @@ def test_every_connection_reads_into_a_small_buffer(redis_url):
     conn = redisconn.connect(redis_url)
     held = [conn.connection_pool.get_connection() for _ in range(3)]
     try:
-        assert {len(c._parser._buffer) for c in held} == {8 * 1024}  # hiredis's buffer
+        assert {len(c._parser._buffer) for c in held} == {2 * 1024}  # hiredis's buffer
     finally:
         for c in held:
             conn.connection_pool.release(c)
