@@ -142,7 +142,12 @@ NAMES = st.sampled_from(
 @given(
     args=st.lists(st.one_of(WORDS, st.text(max_size=12)), max_size=8),
     env=st.dictionaries(
-        NAMES, st.one_of(st.sampled_from((*pool.POOLS, "1", "2")), st.text(max_size=8))
+        NAMES,
+        st.one_of(
+            st.sampled_from((*pool.POOLS, "1", "2", "1.0")),
+            # no NUL: os.environ cannot hold one (patch.dict would fail having cleared it)
+            st.text(st.characters(blacklist_characters="\x00"), max_size=8),
+        ),
     ),
 )
 def test_any_command_line_gives_what_the_parser_and_config_would_or_none(

@@ -87,10 +87,16 @@ class _Options(argparse.ArgumentParser):
 
 
 def _number(text: str) -> int | None:
+    """A whole number as pydantic reads one ("1", " 1 ", "1.0"); None for anything else."""
     try:
         return int(text)
     except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
         return None
+    return int(number) if number.is_integer() else None
 
 
 def _setting(name: str, environ: Mapping[str, str], env_file: str) -> str | None:
@@ -106,11 +112,9 @@ def _setting(name: str, environ: Mapping[str, str], env_file: str) -> str | None
 
 
 def _named(name: str, values: Mapping[str, str | None]) -> str | None:
-    found = None
-    for key, value in values.items():
-        if key.upper() == name and value is not None:
-            found = value
-    return found
+    """As pydantic-settings looks a name up: lower-cased, the last one given wins (a line of
+    the .env file with no value too)."""
+    return {key.lower(): value for key, value in values.items()}.get(name.lower())
 
 
 def _from_env_file(path: str) -> Mapping[str, str | None]:
