@@ -12,8 +12,7 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -136,13 +135,6 @@ def exit_status(problem: Exception) -> int:
 
 
 def import_redis() -> ModuleType:
-    with metrics_sdk_hidden():
-        import redis
-    return redis
-
-
-@contextmanager
-def metrics_sdk_hidden() -> Iterator[None]:
     """redis-py (8) imports OpenTelemetry's metrics SDK at its own import whenever it is
     installed (redis/observability/providers.py), only to learn that it could record Redis
     metrics, which Switchboard never asks it to. The SDK is installed for traces, so every
@@ -152,14 +144,15 @@ def metrics_sdk_hidden() -> Iterator[None]:
     built (the bot's and the worker's modules import redis), then importable again as ever
     (the trace SDK does not use it)."""
     hidden = "opentelemetry.sdk.metrics"
-    if "redis" in sys.modules or hidden in sys.modules:
-        yield
-        return
-    sys.modules[hidden] = None  # type: ignore[assignment]  # `import` raises ImportError
-    try:
-        yield
-    finally:
-        del sys.modules[hidden]
+    if "redis" not in sys.modules and hidden not in sys.modules:
+        sys.modules[hidden] = None  # type: ignore[assignment]  # `import` raises ImportError
+        try:
+            import redis
+        finally:
+            del sys.modules[hidden]
+    import redis
+
+    return redis
 
 
 def _start_tracing(config: Config, args: argparse.Namespace) -> bool:

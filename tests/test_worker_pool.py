@@ -26,7 +26,7 @@ from tests.support.processes import ROOT, WorkerProcess, logged, worker_env
 from tests.support.runtime import approve_first, make_runtime, requester, wait_for_run, wait_until
 from tools.builtin.tickets import TicketStore
 from worker import pool, service
-from worker.run import RunStatus
+from worker.run import Run, RunStatus
 
 pytestmark = pytest.mark.slow
 
@@ -282,8 +282,6 @@ def test_an_async_tool_runs_in_a_gevent_worker_beside_the_mcp_servers_loop(
     )
     call = Turn(tool_calls=[("echo_later", {"text": "hi"})])
     model_server.route("Echo", [call, "It said: echo: hi."])
-    rt = make_runtime(redis_conn, model_server.url)
-    log = tmp_path / "worker.log"
     env = worker_env(
         redis_url,
         model_server.url,
@@ -291,14 +289,24 @@ def test_an_async_tool_runs_in_a_gevent_worker_beside_the_mcp_servers_loop(
         SWITCHBOARD_MCP=str(mcp_file),
         SWITCHBOARD_TOOLS="tests.support.async_tools",
     )
-    worker = WorkerProcess(env, log)
+    done, said = asked_in_gevent(redis_conn, model_server, env, tmp_path, "Echo hi for me")
+    assert (done.status, done.answer) == (RunStatus.COMPLETED, "It said: echo: hi.")
+    assert "echo: hi" in said, said
+
+
+def asked_in_gevent(
+    redis_conn, model_server, env: dict[str, str], tmp_path: Path, question: str, *flags: str
+) -> tuple[Run, list[str]]:
+    """`question` answered by a gevent worker of `env`: the run as it ended, and what the
+    model was last sent (the tools' results among it)."""
+    rt = make_runtime(redis_conn, model_server.url)
+    log = tmp_path / "worker.log"
+    worker = WorkerProcess(env, log, *flags)
     try:
         assert started_line(log)["pool"] == "gevent"
-        run = service.submit(rt, "Echo hi for me", requester(rt, "UECHO"))
+        run = service.submit(rt, question, requester(rt, "UGREEN"))
         done = wait_for_run(rt, run.id, timeout=30)
-        assert (done.status, done.answer) == (RunStatus.COMPLETED, "It said: echo: hi.")
-        results = [m["content"] for m in model_server.chat_requests[-1]["messages"]]
-        assert "echo: hi" in results, results
+        return done, [m["content"] for m in model_server.chat_requests[-1]["messages"]]
     finally:
         worker.stop()
 
@@ -311,20 +319,14 @@ def test_a_gevent_workers_slots_each_keep_their_own_spare_thread(
     tool call started a thread of its own (32 us of CPU a call against 14-20 for the spare's,
     calls one after another)."""
     model_server.route("Where", [Turn(tool_calls=[("where_am_i", {})]), "Found."])
-    rt = make_runtime(redis_conn, model_server.url)
-    log = tmp_path / "worker.log"
     env = worker_env(
         redis_url, model_server.url, tmp_path, SWITCHBOARD_TOOLS="tests.support.thread_tools"
     )
-    worker = WorkerProcess(env, log, "--concurrency", "4")
-    try:
-        assert started_line(log)["pool"] == "gevent"
-        run = service.submit(rt, "Where do calls run?", requester(rt, "UWHERE"))
-        assert wait_for_run(rt, run.id, timeout=30).status == RunStatus.COMPLETED
-        said = [m["content"] for m in model_server.chat_requests[-1]["messages"]]
-        assert "spares kept per greenlet" in said, said
-    finally:
-        worker.stop()
+    done, said = asked_in_gevent(
+        redis_conn, model_server, env, tmp_path, "Where do calls run?", "--concurrency", "4"
+    )
+    assert done.status == RunStatus.COMPLETED
+    assert "spares kept per greenlet" in said, said
 
 
 def test_code_that_holds_the_event_loop_is_said_with_where_it_was(

@@ -48,8 +48,9 @@ def requested(
 ) -> str | None:
     """The pool a `switchboard worker` command line asks for, read before anything else is
     imported, as the worker's parser and Config will read it: `--pool` (abbreviated as
-    argparse allows), else SWITCHBOARD_WORKER_POOL in the environment, else in the .env file
-    (names in any case, as pydantic-settings reads them), else `threads` for a process of one
+    argparse allows), else SWITCHBOARD_WORKER_POOL in the environment, else in the .env file,
+    else its field's name WORKER_POOL likewise (names in any case, as pydantic-settings reads
+    them), else `threads` for a process of one
     slot (`--concurrency`, SWITCHBOARD_WORKER_CONCURRENCY: nothing to switch between, and a
     thread's blocking call costs less CPU than a wait on the event loop) and `gevent` for
     more. None when the process only supervises others (`--processes` above 1: each child
