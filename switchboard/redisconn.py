@@ -17,9 +17,7 @@ import fcntl
 import json
 import logging
 import os
-import select
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,6 +32,7 @@ from redis.retry import Retry
 from switchboard import errors, sentinel_url
 from switchboard.settings import data_dir
 from switchboard.supervise import pid_running
+from worker.poll import readable_now
 
 log = structlog.get_logger(__name__)
 
@@ -247,44 +246,25 @@ def demoted(exc: redis.ResponseError) -> bool:
 
 class ReadyCheckWithoutHub:
     """Mixed into a connection class: redis-py asks a pooled connection whether it holds
-    anything unread before every command it sends on it (`ensure_connection`). In a gevent
-    worker its `select.poll` goes through the event loop, 27 us of CPU a command against 1 us
-    for the poll(2) it stands for (about 5 % of a worker's CPU in the default burst: issue
-    28). A check that waits for nothing has no reason to go through the loop: where nothing is
-    buffered and the socket's own poll says nothing is there, the answer is given here;
-    anything else (data, a close to tell from data, TLS, a wait) is redis-py's to answer."""
+    anything unread before every command it sends on it (`ensure_connection`), with
+    `select.poll`, gevent's own in a worker (see worker/poll.py: about 5 % of a worker's CPU
+    in the default burst). Where nothing is buffered and the socket's poll(2) says nothing is
+    there, the answer is given here; anything else (data, a close to tell from data, TLS, a
+    wait) is redis-py's to answer."""
 
     def can_read(self, timeout: float = 0) -> bool:
-        poll = _system_poll() if not timeout else None
         sock = self._sock  # type: ignore[attr-defined]
         reader = getattr(self._parser, "_reader", None)  # type: ignore[attr-defined]
         if (
-            poll is not None
+            not timeout
             and sock is not None
             and reader is not None
             and not hasattr(sock, "pending")
             and not reader.has_data()
+            and not readable_now(sock.fileno())
         ):
-            poller = poll()
-            poller.register(sock.fileno(), select.POLLIN)
-            if not poller.poll(0):
-                return False
+            return False
         return bool(super().can_read(timeout))  # type: ignore[misc]
-
-
-_POLL: Any = None
-
-
-def _system_poll() -> Any:
-    """The system's poll, where gevent has replaced `select.poll` with its own (else None:
-    redis-py's check is already that call)."""
-    global _POLL
-    if _POLL is None:
-        monkey = sys.modules.get("gevent.monkey")
-        if monkey is None or not monkey.is_module_patched("select"):
-            return None
-        _POLL = monkey.get_original("select", "poll")
-    return _POLL
 
 
 class PlainConnection(ReadyCheckWithoutHub, LeaveDemoted, redis.Connection):

@@ -538,11 +538,14 @@ class _Direct:
         self.headers = headers.raw
         self.cookies = client._client.cookies  # the SDK client's jar: one for every request
         self.redirected = False
+        from worker.model_http import OneWriteBackend
+
         self.pool = httpcore2.ConnectionPool(  # the SDK's limits, and its idle connections'
             ssl_context=tls,  # life: one a NAT or load balancer forgot is not written to
             max_connections=1000,
             max_keepalive_connections=100,
             keepalive_expiry=KEEPALIVE_SECONDS,
+            network_backend=OneWriteBackend(),  # a request in one send (worker/model_http.py)
         )
 
     @staticmethod

@@ -1,5 +1,6 @@
 """Before every command on a pooled connection redis-py asks whether it holds anything
-unread. In a gevent worker that check went through the event loop (27 us of CPU a command
+unread (and httpcore2, before it reuses a connection to the model server, whether the server
+closed it). In a gevent worker that check went through the event loop (27 us of CPU a command
 against 1 us for the poll(2) it stands for); it is answered by the system's poll now, and a
 connection holding a reply nobody read, or one the server closed, is still found and
 replaced before a command is sent on it."""
@@ -66,7 +67,22 @@ redis.Redis.from_url(sys.argv[1]).client_kill_filter(_id=held_id)
 arrived(held)
 pool.release(held)
 after_close = client.get("k")
-print(json.dumps({"idle": idle, "unread": after_unread.decode(), "closed": after_close.decode()}))
+import socket
+
+import httpcore2
+
+from worker.model_http import OneWriteStream
+
+ours, theirs = socket.socketpair()
+stream = OneWriteStream(httpcore2._backends.sync.SyncStream(ours))
+through_hub = 0
+kept = [stream.get_extra_info("is_readable") for _ in range(50)]
+model_idle = through_hub
+theirs.close()
+closed_seen = stream.get_extra_info("is_readable")
+print(json.dumps({"idle": idle, "unread": after_unread.decode(), "closed": after_close.decode(),
+                  "model_idle": model_idle, "model_kept": not any(kept),
+                  "model_closed_seen": closed_seen}))
 """
 
 
@@ -83,3 +99,6 @@ def test_a_gevent_process_checks_its_idle_connections_without_the_event_loop(red
     assert said["idle"] == 0  # 50 commands, none of their checks through gevent's poll
     assert said["unread"] == "v"  # not the PING's PONG: that connection was replaced
     assert said["closed"] == "v"  # a connection the server closed: replaced too
+    # the model server's connections too (worker/model_http.py), before each reuse
+    assert said["model_idle"] == 0 and said["model_kept"]
+    assert said["model_closed_seen"] is True
