@@ -256,11 +256,12 @@ class ReadyCheckWithoutHub:
         sock = self._sock  # type: ignore[attr-defined]
         reader = getattr(self._parser, "_reader", None)  # type: ignore[attr-defined]
         if (
-            not timeout
+            timeout == 0  # None waits for data
             and sock is not None
             and reader is not None
             and not hasattr(sock, "pending")
             and not reader.has_data()
+            and sock.fileno() >= 0  # closed under it: redis-py says so as it should
             and not readable_now(sock.fileno())
         ):
             return False

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+from switchboard import redisconn
 from tests.support.processes import ROOT
 
 SCRIPT = r"""
@@ -102,3 +103,13 @@ def test_a_gevent_process_checks_its_idle_connections_without_the_event_loop(red
     # the model server's connections too (worker/model_http.py), before each reuse
     assert said["model_idle"] == 0 and said["model_kept"]
     assert said["model_closed_seen"] is True
+
+
+def test_a_connection_whose_socket_was_closed_under_it_is_opened_again(redis_url):
+    """Threads mode: another thread closed the socket between the pool's hand-out and the
+    check (redis-py says so as a connection error, and the pool opens it again)."""
+    client = redisconn.connect(redis_url)
+    held = client.connection_pool.get_connection()
+    held._sock.close()
+    client.connection_pool.release(held)
+    assert client.ping() is True

@@ -130,3 +130,26 @@ def test_missing_file(tmp_path: Path) -> None:
     ctx = using(tmp_path / "absent.yaml")
     with pytest.raises(KnowledgeError, match="knowledge file not found"):
         knowledge_lookup(ctx, "A")
+
+
+def test_a_link_moved_to_another_file_of_the_same_time_and_size_is_read_again(
+    tmp_path: Path,
+) -> None:
+    """Releases switched by a link, with fixed times (reproducible builds, Nix), an edit that
+    keeps the size: the parse is kept by the file, not only by its time and size."""
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v2").mkdir()
+    for version, fee in (("v1", 10), ("v2", 20)):
+        written = tmp_path / version / "kb.yaml"
+        written.write_text(
+            f"currency: USD\nentries:\n  - {{name: Go Basics, fee: {fee}, description: Go.}}\n",
+            encoding="utf-8",
+        )
+        os.utime(written, ns=(1_000_000_000, 1_000_000_000))
+    current = tmp_path / "current"
+    current.symlink_to(tmp_path / "v1" / "kb.yaml")
+    assert knowledge_lookup(using(current), "go basics")["fee"] == 10
+    moved = tmp_path / "moved"
+    moved.symlink_to(tmp_path / "v2" / "kb.yaml")
+    moved.replace(current)  # the link switched in one step, as a release does
+    assert knowledge_lookup(using(current), "go basics")["fee"] == 20

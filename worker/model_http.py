@@ -8,9 +8,10 @@ two costs of every request taken out (issue 28; measured in the default burst's 
   `select.poll`: gevent's own in a worker, through the event loop (1.1 % of the worker's
   CPU). Asked here with poll(2) itself (worker/poll.py).
 
-Nothing else differs: a write that fails is taken as httpcore2 takes it (the reply is read
-all the same: a server may answer, then close, before reading a whole request), and a write
-that times out raises as it did."""
+HTTP/1.1 only (the pool's, which offers no other): every request there ends in a read of
+its reply, which is what sends it. Nothing else differs: a write that fails is taken as
+httpcore2 takes it (the reply is read all the same: a server may answer, then close, before
+reading a whole request), and a write that times out raises as it did."""
 
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ class KnowledgeBase:
         return [(label, entry) for entry in self.entries for label in (entry.name, *entry.aliases)]
 
 
-_cache: dict[Path, tuple[tuple[int, int], KnowledgeBase]] = {}
+_cache: dict[Path, tuple[tuple[int, ...], KnowledgeBase]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -146,7 +146,8 @@ def knowledge_base(path: Path = DEFAULT_PATH) -> KnowledgeBase:
         stat = path.stat()
     except FileNotFoundError:
         raise KnowledgeError(f"{path}: knowledge file not found ({ENV_VAR})") from None
-    stamp = (stat.st_mtime_ns, stat.st_size)
+    # the file itself too: a link moved to another file of the same time and size
+    stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino, stat.st_dev)
     with _cache_lock:
         cached = _cache.get(path)
         if cached is not None and cached[0] == stamp:
