@@ -14,24 +14,9 @@ from pathlib import Path
 import pytest
 from httpcore2._backends.sync import SyncStream
 
+from tests.test_model_calls import COMPLETION, QUESTION
 from worker.model import ModelClient
 from worker.model_http import HELD_BYTES, OneWriteStream
-
-COMPLETION = {
-    "id": "c1",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "gpt-fake",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "It is 5."},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
-}
-QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
 
 
 @pytest.fixture
