@@ -140,3 +140,18 @@ def test_a_slot_heartbeats_once_for_a_burst_of_quick_jobs_and_stays_alive(redis_
     # a longer time to live (a job's start asks for one) is sent however recent the last beat
     alive.heartbeat(540)
     assert redis_conn.ttl(alive.key) >= 530
+
+
+def test_a_slots_heartbeat_sent_on_its_own_is_one_round_trip(redis_conn, model_server):
+    """RQ sends its heartbeat's HSET and two EXPIREs one by one: three round trips, every
+    10 s for each idle slot of a worker (128 by default)."""
+    slot = make_worker(make_runtime(redis_conn, model_server.url))
+    slot.register_birth()
+    before = slot.connection.hget(slot.key, "last_heartbeat")
+    redis_conn.config_resetstat()
+    slot._beat_at = float("-inf")  # the last one long ago
+    slot.heartbeat()
+    reads = int(redis_conn.info("stats")["total_reads_processed"])
+    assert reads == 2  # the heartbeat's pipeline, and this INFO
+    assert slot.connection.hget(slot.key, "last_heartbeat") != before
+    assert 0 < redis_conn.ttl(slot.key) <= slot.worker_ttl + 60

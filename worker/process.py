@@ -144,13 +144,19 @@ class SlotWorker(SimpleWorker):
         four-call run's 167 Redis commands). Liveness is read with 75 s of slack
         (worker/fleet.py), a busy slot is told by its state, and a job's start, which asks
         for the job's longer time to live, still beats unless one just sent covers it: what
-        reads the registration sees no change."""
+        reads the registration sees no change. Sent on its own, its three commands go in one
+        round trip (RQ sends each alone)."""
         ttl = timeout or self.worker_ttl + 60
         now = time.monotonic()
         recent = now - self._beat_at < HEARTBEAT_EVERY
         if recent and self._beat_until >= now + ttl - HEARTBEAT_EVERY:
             return
-        super().heartbeat(timeout, pipeline)
+        if pipeline is None:
+            pipe = self.connection.pipeline(transaction=False)
+            super().heartbeat(timeout, pipe)
+            pipe.execute()
+        else:
+            super().heartbeat(timeout, pipeline)
         self._beat_at, self._beat_until = now, now + ttl
 
     def execute_job(self, job: Job, queue: Queue) -> None:
