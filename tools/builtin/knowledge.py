@@ -138,9 +138,9 @@ _cache_lock = threading.Lock()
 
 
 def knowledge_base(path: Path = DEFAULT_PATH) -> KnowledgeBase:
-    """The parsed knowledge file, re-read only when its mtime or size changes. Kept by its
-    absolute path (`resolve()`, a system call per part of the path at every lookup, was
-    0.7 % of a worker's CPU in the default burst)."""
+    """The parsed knowledge file, re-read only when it changes (its time, its size, or the
+    file a link leads to). Kept by its absolute path (`resolve()`, a system call per part of
+    the path at every lookup, was 0.7 % of a worker's CPU in the default burst)."""
     path = path.absolute()
     try:
         stat = path.stat()
