@@ -35,6 +35,14 @@ slot during a burst, none at rest.
   RQ's scheduler, tools) start as the operator set them.
 
 All are glibc's; elsewhere (musl, macOS) they do nothing and say so (False).
+
+And Python's own collector (`settle_collector`, `release`): at 1,000 runs in one process its
+full collections (5 a burst, 0.27 s each, every run of the process stopped meanwhile) and the
+younger ones took 2.55 s of CPU over two bursts, most of it walking what start-up made and
+nothing frees (modules, classes, the tool registry). Those are frozen out of its sight once
+the worker is up, and the youngest generation is collected every 10,000 allocations instead
+of 700: 0.63 s over the same two bursts, no full collection during them; the whole heap is
+collected when the process goes idle instead, with nothing waiting on it.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import os
 import sys
 import time
@@ -49,6 +58,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 ARENAS = 1  # malloc arenas for a worker process (see above)
+GC_YOUNG = 10_000  # allocations between collections of the youngest generation (Python: 700)
 MIN_INTERVAL = 1.0  # seconds between two releases, however often the process goes idle
 _M_ARENA_MAX = -8  # glibc's malloc.h
 TCACHE = "glibc.malloc.tcache_count"
@@ -153,13 +163,25 @@ def _page_size() -> int:
     return resource.getpagesize()
 
 
+def settle_collector() -> int:
+    """Once the worker is up: what is alive now stays (start-up's modules, classes, registry),
+    so the collector stops walking it (gc.freeze), and collects the youngest generation less
+    often (see above). The number of objects frozen."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    return gc.get_freeze_count()
+
+
 def release() -> None:
-    """`trim`, with what it gave back in a debug line."""
+    """A full collection, then `trim`, with what they gave back in a debug line."""
     before, started = rss_kib(), time.perf_counter()
+    collected = gc.collect()
     released = trim()
     after = rss_kib()
     _log().debug(
         "worker_memory_released",
+        collected=collected,
         released=released,
         rss_kib=after,
         freed_kib=before - after,

@@ -317,7 +317,8 @@ def serve(
     """Work the queue with `concurrency` slots until stopped (or, with `burst`, until the queue
     is empty). RQ's scheduler runs in the sweeper thread (see worker/sweeper.py).
     `on_tick(busy)` is told at every turn of the main loop whether any slot is busy; by default
-    the process gives its free memory back each time it goes idle (worker/memory.py)."""
+    the process gives its free memory back each time it goes idle, and its collector leaves
+    what start-up made alone (worker/memory.py)."""
     runtime.install(rt)
     memory.limit_arenas()  # before the slots' threads allocate (each would get an arena)
     tick = on_tick or memory.IdleHook().observe
@@ -330,7 +331,16 @@ def serve(
     sweeper.start()
     for slot in slots:
         slot.start()
-    log.info("worker_started", queue=rt.queue.name, concurrency=count, pool=pool.active())
+    # what start-up made, out of the collector's sight: the process's memory is the default
+    # tick's to look after (a caller's own `on_tick` takes that over, a test's process too)
+    frozen = memory.settle_collector() if on_tick is None else 0
+    log.info(
+        "worker_started",
+        queue=rt.queue.name,
+        concurrency=count,
+        pool=pool.active(),
+        gc_frozen=frozen,
+    )
     try:
         while not signals.stop.wait(0.2):
             if burst and not any(s.alive for s in slots):
