@@ -4,6 +4,7 @@ never while a run is in flight (worker/memory.py, issue 28)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import threading
@@ -223,7 +224,7 @@ def test_a_worker_process_keeps_what_start_up_made_out_of_the_collectors_sight(
         worker.stop()
 
 
-def test_going_idle_collects_the_garbage_the_collector_now_leaves_longer():
+def test_going_idle_collects_the_garbage_the_collector_now_leaves_longer(monkeypatch):
     """With the youngest generation collected every 10,000 allocations, cycles a burst left
     wait longer: going idle collects them, before the free memory is handed back."""
     import gc
@@ -234,6 +235,7 @@ def test_going_idle_collects_the_garbage_the_collector_now_leaves_longer():
         def __init__(self) -> None:
             self.me = self
 
+    monkeypatch.setattr(memory, "_collected_at", -math.inf)  # none in this process yet
     gc.disable()  # none collected before `release` is asked to
     try:
         for _ in range(100):
@@ -244,3 +246,9 @@ def test_going_idle_collects_the_garbage_the_collector_now_leaves_longer():
         gc.enable()
     [released] = [x for x in said if x["event"] == "worker_memory_released"]
     assert released["collected"] >= 100
+    # idle again within the minute: only the trim (at 1,000 slots a collection takes 60-100
+    # ms, and a trickle of runs makes the process go idle every second or two)
+    with capture_logs() as said:
+        memory.release()
+    [again] = [x for x in said if x["event"] == "worker_memory_released"]
+    assert again["collected"] is None

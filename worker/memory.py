@@ -41,8 +41,9 @@ full collections (5 a burst, 0.27 s each, every run of the process stopped meanw
 younger ones took 2.55 s of CPU over two bursts, most of it walking what start-up made and
 nothing frees (modules, classes, the tool registry). Those are frozen out of its sight once
 the worker is up, and the youngest generation is collected every 10,000 allocations instead
-of 700: 0.63 s over the same two bursts, no full collection during them; the whole heap is
-collected when the process goes idle instead, with nothing waiting on it.
+of 700: 0.63 s over the same two bursts, no full collection during them; what was not frozen
+is collected when the process goes idle instead (at most once a minute), with nothing waiting
+on it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import math
 import os
 import sys
 import time
@@ -59,6 +61,7 @@ from typing import Any
 
 ARENAS = 1  # malloc arenas for a worker process (see above)
 GC_YOUNG = 10_000  # allocations between collections of the youngest generation (Python: 700)
+GC_IDLE_EVERY = 60.0  # s: at most this often a full collection as the process goes idle
 MIN_INTERVAL = 1.0  # seconds between two releases, however often the process goes idle
 _M_ARENA_MAX = -8  # glibc's malloc.h
 TCACHE = "glibc.malloc.tcache_count"
@@ -173,10 +176,19 @@ def settle_collector() -> int:
     return gc.get_freeze_count()
 
 
+_collected_at = -math.inf
+
+
 def release() -> None:
-    """A full collection, then `trim`, with what they gave back in a debug line."""
+    """A full collection (of what was not frozen; at most every GC_IDLE_EVERY seconds: at
+    1,000 slots one takes 60-100 ms, and a trickle of runs made the process go idle every
+    second or two, found by review), then `trim`, with what they gave back in a debug line."""
+    global _collected_at
     before, started = rss_kib(), time.perf_counter()
-    collected = gc.collect()
+    collected = None
+    if time.monotonic() - _collected_at >= GC_IDLE_EVERY:
+        collected = gc.collect()
+        _collected_at = time.monotonic()
     released = trim()
     after = rss_kib()
     _log().debug(
