@@ -120,7 +120,31 @@ class AnyServerScript(redis.commands.core.Script):
 
 class Client(redis.Redis):
     """redis.Redis whose scripts run wherever their command lands (`AnyServerScript`), and
-    whose pipelines send a command again only where that repeats nothing (`Batch`)."""
+    whose pipelines send a command again only where that repeats nothing (`Batch`). While a
+    service starts (`patient`), a command that Redis did not answer is sent again."""
+
+    patient_until = 0.0  # while a service starts: until when (monotonic); 0: no patience
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        if not self.patient_until:
+            return super().execute_command(*args, **options)
+        pause = 0.25
+        while True:
+            try:
+                return super().execute_command(*args, **options)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                left = self.patient_until - time.monotonic()
+                lasting = isinstance(exc, redis.AuthenticationError) or _lasting(str(exc))
+                if left <= 0 or lasting:
+                    raise
+                log.warning(
+                    "redis_waiting",
+                    command=str(args[0])[:40],
+                    error=str(exc)[-200:],
+                    seconds_left=round(left, 1),
+                )
+                time.sleep(min(pause, left))
+                pause = min(2 * pause, 5.0)
 
     def register_script(self, script: Any) -> AnyServerScript:
         return AnyServerScript(self, script)
@@ -339,6 +363,27 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
         password=where.password,
         **options,
     )
+
+
+@contextlib.contextmanager
+def patient(client: redis.Redis, wait: float) -> Iterator[None]:
+    """A service's start-up after its check (`connect`): Redis answered that, then went away
+    (a failover or a restart just then), and the reads and idempotent writes start-up makes
+    (the task library, the MCP servers' recorded listings, the installation) each failed it,
+    and the bot or worker with it (found by the chaos soak: a bot restarted during a failover
+    exited, and stayed down until something restarted it). Within `wait` seconds of now such
+    a command is sent again, a little later each time, as `check` asks (`redis_waiting`
+    logged); a refused password is not waited on. Only the commands of `Client` (REDIS_URL;
+    the embedded Redis runs in this process or its parent) and only until start-up is over:
+    after that a command lost mid-way may have run, and is not sent again."""
+    if wait <= 0 or not isinstance(client, Client):
+        yield
+        return
+    client.patient_until = time.monotonic() + wait
+    try:
+        yield
+    finally:
+        client.patient_until = 0.0
 
 
 def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) -> None:

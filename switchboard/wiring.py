@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from switchboard.redisconn import connect
+from switchboard.redisconn import connect, patient
 from switchboard.settings import Config
 from tools.exceptions import McpConfigError, OperatorError, PolicyError
 from tools.policy import Policy
@@ -195,6 +195,7 @@ def runtime_settings(config: Config) -> Settings:
         concurrency=config.worker_concurrency,
         tool_settings=config.tool_settings,
         trace_url=config.trace_url,
+        redis_start_wait=config.redis_start_wait,
         limits=Limits(
             runs_in_flight=config.user_runs_in_flight,
             runs_per_minute=config.user_runs_per_minute,
@@ -216,13 +217,12 @@ def open_runtime(config: Config, *, service: bool = False) -> Runtime:
     # Every slot holds a connection while it waits in RQ's blocking dequeue; its run needs
     # another, and tools, leases and the sweeper share a few more.
     pool = 2 * config.worker_concurrency + 16
+    wait = config.redis_start_wait if service else 0.0
     connection = connect(
-        config.redis_url,
-        max_connections=pool,
-        require=config.require_redis_url,
-        wait=config.redis_start_wait if service else 0.0,
+        config.redis_url, max_connections=pool, require=config.require_redis_url, wait=wait
     )
-    return build_runtime(config, connection)
+    with patient(connection, wait):  # Redis may go away again before start-up is over
+        return build_runtime(config, connection)
 
 
 def build_runtime(

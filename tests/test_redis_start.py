@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from switchboard.redisconn import Client, connect, patient
 from tests.fakes.slack_server import FakeSlack
+from tests.support.cutting_proxy import CuttingProxy
 from tests.support.processes import (
     ROOT,
     SwitchboardProcess,
@@ -94,6 +96,75 @@ def test_a_worker_and_a_bot_started_before_redis_come_up_once_it_answers(
             server.stop()
     for log in ("worker.log", "bot.log"):
         assert PASSWORD not in (tmp_path / log).read_text()  # the URL said without it
+
+
+def test_a_redis_gone_right_after_the_start_up_check_is_waited_for_too(
+    tmp_path: Path, model_server
+):
+    """Redis answers the start-up check, then goes away (a failover or a restart just then):
+    the task library's read that follows failed, and the worker or bot exited 75 (found by
+    the chaos soak: a bot restarted during a failover stayed down until something restarted
+    it). Start-up asks again, within the same wait, and comes up once Redis is back."""
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    try:
+        with FakeSlack() as slack:
+            for verb, started in (("worker", "worker_started"), ("bot", "bot_started")):
+                # the check's connection passes; the next ones are cut for 3 s
+                with CuttingProxy(("127.0.0.1", server.port), through=1, cut_seconds=3) as cut:
+                    url = f"redis://:{PASSWORD}@127.0.0.1:{cut.port}/0"
+                    env = worker_env(
+                        url,
+                        model_server.url,
+                        tmp_path,
+                        SLACK_BOT_TOKEN="xoxb-good",
+                        SLACK_SIGNING_SECRET="a-secret",
+                        SLACK_API_URL=slack.url,
+                    )
+                    log = tmp_path / f"{verb}.log"
+                    args = ("--http", "--port", str(free_port())) if verb == "bot" else ()
+                    process = SwitchboardProcess(env, log, verb, *args)
+                    try:
+                        wait_until(
+                            lambda: logged(log, started) or process.proc.poll() is not None,  # noqa: B023
+                            timeout=60,
+                            what=started,
+                        )
+                        assert process.proc.poll() is None, log.read_text()[-2000:]  # not exited
+                    finally:
+                        process.stop()
+                    assert cut.cut >= 1, cut.cut  # it was cut, and waited
+                    assert logged(log, "redis_waiting"), log.read_text()[-2000:]
+                    assert PASSWORD not in log.read_text()
+    finally:
+        server.stop()
+
+
+def test_start_up_patience_asks_again_within_its_wait_and_not_after(tmp_path: Path):
+    """`patient`, in one process: a command whose connection is cut is sent again until
+    Redis is back; outside it (serving: a command lost mid-way may have run) it is not; a
+    refused password is never asked again."""
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    try:
+        with CuttingProxy(("127.0.0.1", server.port), through=1, cut_seconds=1.5) as cut:
+            client = connect(f"redis://:{PASSWORD}@127.0.0.1:{cut.port}/0")  # the check passes
+            with patient(client, 30):
+                assert client.set("k", "v") and client.get("k") == b"v"
+            assert cut.cut >= 1 and client.patient_until == 0.0
+        with CuttingProxy(("127.0.0.1", server.port), through=1, cut_seconds=30) as cut:
+            client = connect(f"redis://:{PASSWORD}@127.0.0.1:{cut.port}/0")
+            with pytest.raises(redis.ConnectionError):
+                client.get("k")  # serving: said at once
+            started = time.monotonic()
+            with patient(client, 1.0), pytest.raises(redis.ConnectionError):
+                client.get("k")  # the wait runs out
+            assert 1.0 <= time.monotonic() - started < 10
+        client = Client.from_url(f"redis://:wrong@127.0.0.1:{server.port}/0")
+        started = time.monotonic()
+        with patient(client, 30), pytest.raises(redis.AuthenticationError):
+            client.get("k")
+        assert time.monotonic() - started < 5  # not waited on
+    finally:
+        server.stop()
 
 
 def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path, model_server):

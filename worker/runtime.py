@@ -54,6 +54,8 @@ class Settings:
     # What tools read of their configuration (ToolContext.settings): the samples' data files
     tool_settings: dict[str, str] = field(default_factory=dict)
     trace_url: str = ""  # where a run's trace is shown, "{trace_id}" in it (SWITCHBOARD_TRACE_URL)
+    # how long the bot's start-up asks again a Redis that went away (SWITCHBOARD_REDIS_START_WAIT)
+    redis_start_wait: float = 30.0
 
     @property
     def job_timeout(self) -> int:

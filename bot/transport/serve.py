@@ -43,7 +43,6 @@ from worker.runtime import Runtime
 log = structlog.get_logger(__name__)
 
 LISTENER_THREADS = 8
-START_REDIS_SECONDS = 30.0  # how long start-up waits out a Redis that restarts or fails over
 START_HINT = "check SLACK_BOT_TOKEN (xoxb-...) and SLACK_API_URL"
 
 
@@ -81,7 +80,8 @@ def build_app(
     home = Home.learn(client, teams=allowed_teams, apps=allowed_apps)
     installations = Installations(rt.redis, rt.settings.namespace, rt.settings.retention)
     for team in home.own_teams:  # the token works, so the app is installed there (again)
-        patiently(functools.partial(installations.restore, team), "restore_installation")
+        restore = functools.partial(installations.restore, team)
+        patiently(restore, "restore_installation", rt.settings.redis_start_wait)
     existing = rt.surfaces.get("slack")
     surface = existing if isinstance(existing, SlackSurface) else SlackSurface(client, rt)
     sb = Bot(
@@ -98,12 +98,12 @@ def build_app(
     return app
 
 
-def patiently(write: Callable[[], object], what: str) -> None:
+def patiently(write: Callable[[], object], what: str, wait: float) -> None:
     """An idempotent start-up write, sent again while Redis does not answer (a restart or a
-    failover as the bot starts), for up to START_REDIS_SECONDS. Exiting instead left the
-    one process people talk to down until something restarted it (found by the chaos soak:
-    a bot killed during a Redis restart did not come back)."""
-    deadline = time.monotonic() + START_REDIS_SECONDS
+    failover as the bot starts), for up to `wait` seconds (SWITCHBOARD_REDIS_START_WAIT).
+    Exiting instead left the one process people talk to down until something restarted it
+    (found by the chaos soak: a bot killed during a Redis restart did not come back)."""
+    deadline = time.monotonic() + wait
     while True:
         try:
             write()
