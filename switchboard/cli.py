@@ -135,24 +135,38 @@ def exit_status(problem: Exception) -> int:
 
 
 def import_redis() -> ModuleType:
-    """redis-py (8) imports OpenTelemetry's metrics SDK at its own import whenever it is
-    installed (redis/observability/providers.py), only to learn that it could record Redis
-    metrics, which Switchboard never asks it to. The SDK is installed for traces, so every
-    process paid that import: measured 0.55 s of a 1.7 s `import redis` on a loaded 2-core
-    machine (`python -X importtime`, medians of 5); 8 MiB imported alone, 2 MiB of an idle
-    bot's RSS (75.8 -> 73.7 MiB). Hidden while redis is imported, first as a verb's parser is
-    built (the bot's and the worker's modules import redis), then importable again as ever
-    (the trace SDK does not use it)."""
-    hidden = "opentelemetry.sdk.metrics"
-    if "redis" not in sys.modules and hidden not in sys.modules:
-        sys.modules[hidden] = None  # type: ignore[assignment]  # `import` raises ImportError
-        try:
-            import redis
-        finally:
-            del sys.modules[hidden]
+    """redis-py, and structlog, each imported without an optional module it picks up
+    whenever it is installed and Switchboard never uses (`_without`), first as a verb's
+    parser is built (the bot's and the worker's modules import both), then importable
+    again as ever:
+
+    - redis-py (8) imports OpenTelemetry's metrics SDK (redis/observability/providers.py),
+      only to learn that it could record Redis metrics, which Switchboard never asks it to.
+      The SDK is installed for traces, so every process paid that import: measured 0.55 s
+      of a 1.7 s `import redis` on a loaded 2-core machine (`python -X importtime`, medians
+      of 5); 8 MiB imported alone, 2 MiB of an idle bot's RSS (75.8 -> 73.7 MiB).
+    - structlog imports `rich` (structlog/dev.py, tracebacks.py) to colour the console's
+      tracebacks. No dependency of Switchboard's brings it, so a deployment never has it,
+      but a development install does (import-linter's): 4.8 MiB of every process's RSS
+      there (17.3 against 12.5 MiB for `import structlog`), which the benchmarks counted
+      though no deployment runs it, and a console whose tracebacks differ from production's.
+    """
+    _without("redis", "opentelemetry.sdk.metrics")
+    _without("structlog", "rich")
     import redis
 
     return redis
+
+
+def _without(module: str, hidden: str) -> None:
+    """`module` imported while `hidden` is not importable (`import` raises ImportError)."""
+    if module in sys.modules or hidden in sys.modules:
+        return
+    sys.modules[hidden] = None  # type: ignore[assignment]
+    try:
+        importlib.import_module(module)
+    finally:
+        del sys.modules[hidden]
 
 
 def _start_tracing(config: Config, args: argparse.Namespace) -> bool:

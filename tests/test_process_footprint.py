@@ -101,8 +101,8 @@ def test_the_bot_does_not_load_the_openai_sdk_that_a_worker_loads_to_call_the_mo
     assert said == ["BOT gpt-named False False", "CHECKED True"]
 
 
-# `python -m switchboard ARGS` as a shell runs it, then whether redis-py and OpenTelemetry's
-# metrics SDK were imported.
+# `python -m switchboard ARGS` as a shell runs it, then whether redis-py, OpenTelemetry's
+# metrics SDK, structlog and rich were imported.
 COMMAND = """
 import runpy, sys
 sys.argv = ["switchboard", *sys.argv[1:]]
@@ -111,6 +111,7 @@ try:
 except SystemExit:
     pass
 print("LOADED", "redis" in sys.modules, "opentelemetry.sdk.metrics" in sys.modules)
+print("LOGS", "structlog" in sys.modules, "rich" in sys.modules)
 """
 
 
@@ -122,10 +123,18 @@ def test_commands_do_not_load_the_metrics_sdk_that_redis_py_would_import(
     traces), to learn whether it could record metrics Switchboard never asks for: ~0.5 s of a
     loaded machine's start-up and 2 MiB of an idle bot. The verbs' modules import redis before
     the command runs (the bot's and the worker's through approvals): a hiding done only in
-    `run` came too late for them (`status`, whose module does not, is the `run` path)."""
+    `run` came too late for them (`status`, whose module does not, is the `run` path).
+    Likewise structlog and `rich` (installed here by import-linter, never in a deployment):
+    4.8 MiB of every process."""
+    import importlib.util
+
+    assert importlib.util.find_spec("rich") is not None  # else this proves nothing of it
     env = worker_env(redis_url, "http://127.0.0.1:9/v1", tmp_path)
     done = subprocess.run(
         [sys.executable, "-c", COMMAND, *args], env=env, capture_output=True, text=True, timeout=120
     )
-    said = [line for line in done.stdout.splitlines() if line.startswith("LOADED")]
-    assert said == ["LOADED True False"], (done.stdout[-1000:], done.stderr[-2000:])
+    said = [line for line in done.stdout.splitlines() if line.startswith(("LOADED", "LOGS"))]
+    assert said == ["LOADED True False", "LOGS True False"], (
+        done.stdout[-1000:],
+        done.stderr[-2000:],
+    )
