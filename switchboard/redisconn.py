@@ -121,19 +121,22 @@ class AnyServerScript(redis.commands.core.Script):
 class Client(redis.Redis):
     """redis.Redis whose scripts run wherever their command lands (`AnyServerScript`), and
     whose pipelines send a command again only where that repeats nothing (`Batch`). While a
-    service starts (`patient`), a command that Redis did not answer is sent again."""
+    service starts (`patient`), a command that Redis did not answer is sent again, if
+    sending it twice does what sending it once does (`RESENDABLE`)."""
 
-    patient_until = 0.0  # while a service starts: until when (monotonic); 0: no patience
+    patient_for = 0.0  # while a service starts: how long a command asks again; 0: not at all
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        if not self.patient_until:
+        if not self.patient_for or str(args[0]).upper() not in RESENDABLE:
             return super().execute_command(*args, **options)
+        deadline = 0.0  # from the first failure
         pause = 0.25
         while True:
             try:
                 return super().execute_command(*args, **options)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                left = self.patient_until - time.monotonic()
+                deadline = deadline or time.monotonic() + self.patient_for
+                left = deadline - time.monotonic()
                 lasting = isinstance(exc, redis.AuthenticationError) or _lasting(str(exc))
                 if left <= 0 or lasting:
                     raise
@@ -365,25 +368,35 @@ def sentinel_primary(where: sentinel_url.SentinelURL, options: dict[str, Any]) -
     )
 
 
+# What start-up may send again after a lost reply: reads, and writes whose second time
+# changes nothing (a SET of the same value, SET NX, a DEL). Not INCR, a list's push, a
+# script: sent again, they might do it twice.
+RESENDABLE = frozenset(
+    {"GET", "MGET", "EXISTS", "HGET", "HGETALL", "HMGET", "SMEMBERS", "TTL", "SET", "DEL"}
+)
+
+
 @contextlib.contextmanager
 def patient(client: redis.Redis, wait: float) -> Iterator[None]:
     """A service's start-up after its check (`connect`): Redis answered that, then went away
-    (a failover or a restart just then), and the reads and idempotent writes start-up makes
-    (the task library, the MCP servers' recorded listings, the installation) each failed it,
-    and the bot or worker with it (found by the chaos soak: a bot restarted during a failover
-    exited, and stayed down until something restarted it). Within `wait` seconds of now such
-    a command is sent again, a little later each time, as `check` asks (`redis_waiting`
-    logged); a refused password is not waited on. Only the commands of `Client` (REDIS_URL;
-    the embedded Redis runs in this process or its parent) and only until start-up is over:
-    after that a command lost mid-way may have run, and is not sent again."""
+    (a failover or a restart just then), and what start-up reads and writes next (the task
+    library, the MCP servers' recorded listings) failed, and the bot or worker with it
+    (found by the chaos soak: a bot restarted during a failover exited, and stayed down until
+    something restarted it). While this lasts, such a command is sent again, a little later
+    each time, for up to `wait` seconds from its first failure, as `check` asks
+    (`redis_waiting` naming the command); a refused password is not waited on. Only commands
+    that do nothing more when sent twice (`RESENDABLE`; others fail at once, as ever), only
+    the commands of `Client` (REDIS_URL: the embedded Redis runs in this process or its
+    parent), and only until start-up is over: after that a command lost mid-way is not sent
+    again, as it may have run."""
     if wait <= 0 or not isinstance(client, Client):
         yield
         return
-    client.patient_until = time.monotonic() + wait
+    client.patient_for = wait
     try:
         yield
     finally:
-        client.patient_until = 0.0
+        client.patient_for = 0.0
 
 
 def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) -> None:

@@ -221,7 +221,7 @@ def open_runtime(config: Config, *, service: bool = False) -> Runtime:
     connection = connect(
         config.redis_url, max_connections=pool, require=config.require_redis_url, wait=wait
     )
-    with patient(connection, wait):  # Redis may go away again before start-up is over
+    with patient(connection, wait):  # should Redis go away again before start-up is over
         return build_runtime(config, connection)
 
 

@@ -108,6 +108,8 @@ def patiently(write: Callable[[], object], what: str, wait: float) -> None:
         try:
             write()
             return
+        except redis.AuthenticationError:
+            raise  # a refused password: no wait mends it
         except (redis.ConnectionError, redis.TimeoutError) as error:
             if time.monotonic() > deadline:
                 raise

@@ -38,7 +38,11 @@ class CuttingProxy:
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
+        with contextlib.suppress(OSError):
             self.listener.close()
+        for thread in self._threads:
+            thread.join(5)
 
     def _cutting(self) -> bool:
         if self.accepted <= self.through:
