@@ -15,8 +15,11 @@ from tests.fakes.slack_server import app_mention
 from tests.support.runtime import ALICE, make_runtime, work
 from tests.support.slack_bot import ALICE as SLACK_ALICE
 from tests.support.slack_bot import CHANNEL, BotEnv, texts
+from tools.declare import make_tool
 from worker import service
-from worker.grounding import KEPT_SOURCES, _kept_facts, check
+from worker.grounding import KEPT_SOURCES, _standing, check
+from worker.loop import _readable
+from worker.model_base import ToolSpecs
 from worker.run import RunStatus
 
 TICKET = json.dumps({"id": 41, "project": "IT", "title": "Laptop will not charge"})
@@ -77,9 +80,9 @@ def test_standing_sources_count_as_sources_and_only_they_are_kept(answer, source
     # The instructions and tool descriptions are read once and kept (issue 28); a tool
     # result is not kept, however often it is checked.
     assert check(answer, sources, standing) == check(answer, [*sources, *standing])
-    before = _kept_facts.cache_info().currsize
+    before = _standing.cache_info().currsize
     check(answer, [f"{answer} {n}" for n in range(KEPT_SOURCES + 2)])
-    assert _kept_facts.cache_info().currsize == before <= KEPT_SOURCES
+    assert _standing.cache_info().currsize == before <= KEPT_SOURCES
 
 
 words = st.sampled_from(
@@ -156,3 +159,17 @@ def test_the_slack_answer_carries_a_context_line_naming_the_invented_facts(
         texts([b]) for m in thread for b in m.get("blocks") or [] if b.get("type") == "context"
     ]
     assert any("Check these facts: ORD-2024-0042, DHL Express" in c for c in contexts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=4))
+def test_the_offered_tools_are_read_as_their_entries_encoded_whatever_their_text(described):
+    """The check reads the offered tools from the request's own text of them (ToolSpecs),
+    decoded once per set of tools: the same text as the entries encoded at every run's end,
+    whatever a description holds (quotes, accents, line breaks, what JSON escapes)."""
+    tools = [
+        make_tool(lambda: "x", effect="read", name=f"t{n}", description=f"d {text}")
+        for n, text in enumerate(described)
+    ]
+    specs = ToolSpecs(tools)
+    assert _readable(specs.text) == json.dumps(list(specs), ensure_ascii=False)

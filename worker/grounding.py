@@ -107,7 +107,7 @@ def check(answer: str, sources: Iterable[str], standing: Iterable[str] = ()) -> 
         )
         if abs(value) <= SMALL and value == value.to_integral_value() and not price:
             continue
-        found = value in known.numbers or abs(value) in known.numbers
+        found = known.has_number(value) or known.has_number(abs(value))
         if not found and written not in flagged:
             flagged.append(written)
             if len(flagged) >= MAX_FACTS:
@@ -120,47 +120,72 @@ def check(answer: str, sources: Iterable[str], standing: Iterable[str] = ()) -> 
 
 
 class Known:
-    """What the sources say, in the forms an answer is compared with."""
+    """What the sources say, in the forms an answer is compared with: a run's own sources,
+    read at each check, and the standing ones, read once and kept (`_standing`)."""
 
     def __init__(self, sources: Iterable[str], standing: Iterable[str] = ()) -> None:
-        texts: list[tuple[str, bool]] = []  # (text, kept)
         budget = MAX_TEXT
-        for source, kept in itertools.chain(
+        own: list[str] = []
+        kept: list[str] = []
+        for source, is_standing in itertools.chain(
             zip(sources, itertools.repeat(False)), zip(standing, itertools.repeat(True))
         ):
             if budget <= 0:
                 break
             source = source[:budget]
             budget -= len(source)
-            texts.append((source, kept))
+            (kept if is_standing and len(source) <= KEPT_CHARS else own).append(source)
+        self.layers = (
+            _Merged(f for text in own for f in _read_facts(text)),
+            _standing(tuple(kept)),
+        )
+
+    def has_number(self, value: Decimal | None) -> bool:
+        return any(value in layer.numbers for layer in self.layers)
+
+    def has_token(self, written: str) -> bool:
+        folded = written.casefold()
+        return any(folded in layer.tokens for layer in self.layers)
+
+    def has_key(self, prefix: str, number: str) -> bool:
+        """IT-41 for ticket 41 of project IT: both in one source, as words."""
+        word, value = prefix.casefold(), _decimal(number)
+        return any(
+            word in tokens and value in found
+            for layer in self.layers
+            for tokens, found in layer.each
+        )
+
+    def has_phrase(self, phrase: str) -> bool:
+        wanted = _normal(phrase)
+        if self._said(wanted):
+            return True
+        parts = [p for p in re.split(rf"\s+{_CONNECTOR}\s+", wanted) if p]
+        return len(parts) > 1 and all(self._said(p) for p in parts)
+
+    def _said(self, normal: str) -> bool:
+        # no source's text spans two (joined by " \n ", which no normalised phrase holds)
+        return any(normal in layer.phrases for layer in self.layers)
+
+
+class _Merged:
+    """The facts of some sources together: their numbers and tokens, each source's own
+    (for keys), their normalised texts joined."""
+
+    __slots__ = ("each", "numbers", "phrases", "tokens")
+
+    def __init__(self, facts: Iterable[_Facts]) -> None:
         self.numbers: set[Decimal] = set()
         self.tokens: set[str] = set()
         # per text: for keys such as IT-41
         self.each: list[tuple[frozenset[str], frozenset[Decimal]]] = []
         phrases: list[str] = []
-        for source, kept in texts:
-            read = _kept_facts if kept and len(source) <= KEPT_CHARS else _read_facts
-            for facts in read(source):
-                self.each.append((facts.tokens, facts.numbers))
-                self.numbers |= facts.numbers
-                self.tokens |= facts.tokens | facts.emails
-                phrases.append(facts.normal)
+        for found in facts:
+            self.each.append((found.tokens, found.numbers))
+            self.numbers |= found.numbers
+            self.tokens |= found.tokens | found.emails
+            phrases.append(found.normal)
         self.phrases = " \n ".join(phrases)
-
-    def has_token(self, written: str) -> bool:
-        return written.casefold() in self.tokens
-
-    def has_key(self, prefix: str, number: str) -> bool:
-        """IT-41 for ticket 41 of project IT: both in one source, as words."""
-        word, value = prefix.casefold(), _decimal(number)
-        return any(word in tokens and value in found for tokens, found in self.each)
-
-    def has_phrase(self, phrase: str) -> bool:
-        wanted = _normal(phrase)
-        if wanted in self.phrases:
-            return True
-        parts = [p for p in re.split(rf"\s+{_CONNECTOR}\s+", wanted) if p]
-        return len(parts) > 1 and all(p in self.phrases for p in parts)
 
 
 class _Facts:
@@ -181,12 +206,19 @@ def _read_facts(source: str) -> tuple[_Facts, ...]:
     return tuple(_Facts(text) for text in (source, *_json_strings(source)))
 
 
-# The standing sources' facts, kept: reading them again at every run was most of a run's
-# grounding check. Bounded: 8 texts of at most 64,000 characters (~2.4 MiB of facts each at
-# the ~38 bytes per character measured for a JSON document; instructions and tool lists are
-# a few thousand characters).
+# The standing sources' facts, kept, and merged: reading them again at every run was most
+# of a run's grounding check, and merging them again (their sets' unions) at every run was
+# 78 of a check's 260 us (the built-in tools' list; profiled in a worker at 1,000 slots:
+# the check 5 % of its CPU). Bounded: 8 sets of texts of at most 64,000 characters each
+# (~2.4 MiB of facts a text at the ~38 bytes per character measured for a JSON document;
+# instructions and tool lists are a few thousand characters); a longer one is read at
+# each check, as a run's own sources are.
 KEPT_SOURCES, KEPT_CHARS = 8, 64_000
-_kept_facts = functools.lru_cache(maxsize=KEPT_SOURCES)(_read_facts)
+
+
+@functools.lru_cache(maxsize=KEPT_SOURCES)
+def _standing(texts: tuple[str, ...]) -> _Merged:
+    return _Merged(f for text in texts for f in _read_facts(text))
 
 
 def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, bool]]:
@@ -194,7 +226,7 @@ def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, boo
     for match in _EMAIL.finditer(answer):
         yield *match.span(), match.group(0), known.has_token(match.group(0))
     for match in _REFERENCE.finditer(answer):
-        yield *match.span(), match.group(0), _decimal(match.group(1)) in known.numbers
+        yield *match.span(), match.group(0), known.has_number(_decimal(match.group(1)))
     without_emails = _EMAIL.sub(lambda m: " " * len(m.group(0)), answer)
     for match in _TOKEN.finditer(without_emails):
         written = match.group(0)

@@ -7,14 +7,13 @@ small outcomes and `drive` dispatches on it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import redis
 import structlog
@@ -236,7 +235,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     return Finish(RunStatus.COMPLETED)
 
 
-def check_grounding(rt: Runtime, run: Run, specs: Sequence[dict[str, Any]]) -> None:
+def check_grounding(rt: Runtime, run: Run, specs: ToolSpecs) -> None:
     """Where tools were offered, the facts the answer states (figures, ids, names) must come
     from a tool result, from what the user wrote, or from the operator's text."""
     if not specs:
@@ -244,13 +243,21 @@ def check_grounding(rt: Runtime, run: Run, specs: Sequence[dict[str, Any]]) -> N
     sources = [
         str(m.get("content") or "") for m in run.messages if m.get("role") in ("tool", "user")
     ]
-    standing = [run.instructions, json.dumps(specs, ensure_ascii=False)]
+    standing = [run.instructions, _readable(specs.text)]
     run.grounding = grounding.check(run.answer or "", sources, standing)
     run.ungrounded = run.grounding.facts
     if run.ungrounded:
         rt.events.append(
             run.id, EventKind.UNGROUNDED_FACTS, **run.grounding.model_dump(), verdict="ungrounded"
         )
+
+
+@functools.lru_cache(maxsize=grounding.KEPT_SOURCES)
+def _readable(offered: str) -> str:
+    """The offered tools as the grounding check reads them (`json.dumps` of the request's
+    entries, characters as written), from the request's text of them (`ToolSpecs`): once
+    per set of tools, not at every run's end."""
+    return json.dumps(json.loads(offered), ensure_ascii=False)
 
 
 def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration]:
