@@ -17,7 +17,7 @@ from tests.support.slack_bot import ALICE as SLACK_ALICE
 from tests.support.slack_bot import CHANNEL, BotEnv, texts
 from tools.declare import make_tool
 from worker import service
-from worker.grounding import KEPT_SOURCES, _standing, check
+from worker.grounding import KEPT_SOURCES, _Facts, _json_strings, _standing, check
 from worker.loop import _readable
 from worker.model_base import ToolSpecs
 from worker.run import RunStatus
@@ -173,3 +173,33 @@ def test_the_offered_tools_are_read_as_their_entries_encoded_whatever_their_text
     ]
     specs = ToolSpecs(tools)
     assert _readable(specs.text) == json.dumps(list(specs), ensure_ascii=False)
+
+
+plain_text = st.one_of(
+    st.sampled_from(["IT-41", "$39.99", "a@b.io", "Python Basics", "2,999", "-5", " x  y "]),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='"\\'),
+        max_size=30,
+    ),
+)
+plain_json = st.recursive(
+    plain_text | st.integers() | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(plain_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(plain_text, plain_json, max_size=5) | st.lists(plain_json, max_size=5))
+def test_a_json_text_without_escapes_holds_each_of_its_strings_facts(value):
+    """Why a tool result without a backslash is read once, not once more per string: each
+    string's tokens, figures, addresses and normalised text are the whole text's already."""
+    for text in (json.dumps(value, ensure_ascii=False), json.dumps(value, separators=(",", ":"))):
+        if "\\" in text:
+            continue
+        whole = _Facts(text)
+        for string in _json_strings(text):
+            own = _Facts(string)
+            assert own.tokens <= whole.tokens and own.emails <= whole.emails, string
+            assert own.numbers <= whole.numbers, string
+            assert own.normal in whole.normal, string

@@ -202,7 +202,12 @@ class _Facts:
 
 def _read_facts(source: str) -> tuple[_Facts, ...]:
     """The facts of a source and of each string in it when it is JSON (a tool result's
-    values, unescaped)."""
+    values, unescaped). A text without a backslash escapes nothing: each of its strings is
+    in it as written, between quotes (which bound a token, a figure or an address as the
+    string's own ends do), so their facts are the text's already and are not read again
+    (most tool results; a fee run's check 200 -> 131 us)."""
+    if "\\" not in source:
+        return (_Facts(source),)
     return tuple(_Facts(text) for text in (source, *_json_strings(source)))
 
 
