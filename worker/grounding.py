@@ -121,7 +121,7 @@ def check(answer: str, sources: Iterable[str], standing: Iterable[str] = ()) -> 
 
 class Known:
     """What the sources say, in the forms an answer is compared with: a run's own sources,
-    read at each check, and the standing ones, read once and kept (`_standing`)."""
+    read at each check, and each standing one's, read once and kept (`_standing`)."""
 
     def __init__(self, sources: Iterable[str], standing: Iterable[str] = ()) -> None:
         budget = MAX_TEXT
@@ -135,10 +135,8 @@ class Known:
             source = source[:budget]
             budget -= len(source)
             (kept if is_standing and len(source) <= KEPT_CHARS else own).append(source)
-        self.layers = (
-            _Merged(f for text in own for f in _read_facts(text)),
-            _standing(tuple(kept)),
-        )
+        read = _Merged(f for text in own for f in _read_facts(text))
+        self.layers = (read, *(_standing(text) for text in kept))
 
     def has_number(self, value: Decimal | None) -> bool:
         return any(value in layer.numbers for layer in self.layers)
@@ -169,22 +167,23 @@ class Known:
 
 
 class _Merged:
-    """The facts of some sources together: their numbers and tokens, each source's own
-    (for keys), their normalised texts joined."""
+    """The facts of some texts together: their numbers and tokens, each text's own (for
+    keys), their normalised texts joined. Not changed once made (a standing source's is
+    every run's)."""
 
     __slots__ = ("each", "numbers", "phrases", "tokens")
 
     def __init__(self, facts: Iterable[_Facts]) -> None:
-        self.numbers: set[Decimal] = set()
-        self.tokens: set[str] = set()
-        # per text: for keys such as IT-41
-        self.each: list[tuple[frozenset[str], frozenset[Decimal]]] = []
+        numbers: set[Decimal] = set()
+        tokens: set[str] = set()
+        each: list[tuple[frozenset[str], frozenset[Decimal]]] = []  # for keys such as IT-41
         phrases: list[str] = []
         for found in facts:
-            self.each.append((found.tokens, found.numbers))
-            self.numbers |= found.numbers
-            self.tokens |= found.tokens | found.emails
+            each.append((found.tokens, found.numbers))
+            numbers |= found.numbers
+            tokens |= found.tokens | found.emails
             phrases.append(found.normal)
+        self.numbers, self.tokens, self.each = frozenset(numbers), frozenset(tokens), tuple(each)
         self.phrases = " \n ".join(phrases)
 
 
@@ -211,19 +210,20 @@ def _read_facts(source: str) -> tuple[_Facts, ...]:
     return tuple(_Facts(text) for text in (source, *_json_strings(source)))
 
 
-# The standing sources' facts, kept, and merged: reading them again at every run was most
-# of a run's grounding check, and merging them again (their sets' unions) at every run was
-# 78 of a check's 260 us (the built-in tools' list; profiled in a worker at 1,000 slots:
-# the check 5 % of its CPU). Bounded: 8 sets of texts of at most 64,000 characters each
-# (~2.4 MiB of facts a text at the ~38 bytes per character measured for a JSON document;
-# instructions and tool lists are a few thousand characters); a longer one is read at
-# each check, as a run's own sources are.
+# Each standing source's facts, kept, and merged: reading them again at every run was most
+# of a run's grounding check, and merging them into the run's (their sets' unions) at every
+# run was 78 of a check's 260 us (the built-in tools' list; profiled in a worker at 1,000
+# slots: the check 5 % of its CPU); they are looked up beside the run's own instead. Kept
+# per text, as profiles' instructions and roles' tool lists combine. Bounded: 8 texts of
+# at most 64,000 characters (~2.4 MiB of facts each at the ~38 bytes per character
+# measured for a JSON document; instructions and tool lists are a few thousand
+# characters); a longer one is read at each check, as a run's own sources are.
 KEPT_SOURCES, KEPT_CHARS = 8, 64_000
 
 
 @functools.lru_cache(maxsize=KEPT_SOURCES)
-def _standing(texts: tuple[str, ...]) -> _Merged:
-    return _Merged(f for text in texts for f in _read_facts(text))
+def _standing(text: str) -> _Merged:
+    return _Merged(_read_facts(text))
 
 
 def _identifiers(answer: str, known: Known) -> Iterator[tuple[int, int, str, bool]]:
