@@ -472,8 +472,13 @@ def _replica(client: redis.Redis) -> bool:
 
 def unavailable(url: str, exc: Exception, *, temporary: bool) -> errors.ConfigError:
     """What to say of a Redis that did not answer as a primary (`temporary`: a service
-    waited for it, and a restart may find it back)."""
+    waited for it, and a restart may find it back). A refused password, or what no wait
+    mends, is never temporary, wherever it was met (the check says it as this does; a
+    password changed after the check was said "cannot reach Redis", exit status 75)."""
     reason = str(exc)
+    if isinstance(exc, redis.AuthenticationError):
+        return errors.redis_refused(url, reason)
+    temporary = temporary and not _lasting(reason)
     if isinstance(exc, redis.sentinel.MasterNotFoundError):
         return errors.redis_no_primary(url, reason, temporary=temporary)
     causes: list[BaseException] = []

@@ -176,6 +176,35 @@ def test_start_up_patience_asks_again_within_its_wait_and_not_after(tmp_path: Pa
         server.stop()
 
 
+def test_a_password_refused_after_the_start_up_check_is_said_as_refused_at_once(
+    tmp_path: Path, model_server
+):
+    """The password changes between the check and the commands after it: a refused
+    password, said so with exit status 2 (a restart with the same URL cannot mend it), not
+    "cannot reach Redis" with 75 (found by review)."""
+    server = RedisServer(tmp_path / "redis", password=PASSWORD).start()
+    admin = redis.Redis(unix_socket_path=server.socket, password=PASSWORD)
+
+    def rotate(accepted: int) -> None:
+        if accepted == 2:  # the check's connection was the first
+            admin.config_set("requirepass", "rotated0f24hexchars")
+
+    try:
+        with CuttingProxy(("127.0.0.1", server.port), through=2, cut_seconds=0, before=rotate) as p:
+            url = f"redis://:{PASSWORD}@127.0.0.1:{p.port}/0"
+            env = worker_env(url, model_server.url, tmp_path)
+            started = time.monotonic()
+            done = switchboard(env, "worker", timeout=60)
+        assert done.returncode == 2, done.stderr[-2000:]
+        said = done.stderr.rstrip().splitlines()[-1]
+        assert said.startswith("switchboard: Redis refused the connection"), said
+        assert PASSWORD not in done.stderr
+        assert time.monotonic() - started < 30  # not waited on
+    finally:
+        admin.close()
+        server.stop()
+
+
 def test_a_redis_that_never_answers_is_said_once_the_wait_is_over(tmp_path: Path, model_server):
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     env = worker_env(url, model_server.url, tmp_path, SWITCHBOARD_REDIS_START_WAIT="1")

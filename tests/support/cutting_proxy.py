@@ -10,13 +10,23 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 
 class CuttingProxy:
-    def __init__(self, target: tuple[str, int], *, through: int, cut_seconds: float) -> None:
+    def __init__(
+        self,
+        target: tuple[str, int],
+        *,
+        through: int,
+        cut_seconds: float,
+        before: Callable[[int], object] | None = None,
+    ) -> None:
+        """`before(n)` runs as the n-th connection is accepted, before it is cut or passed."""
         self.target = target
         self.through = through
         self.cut_seconds = cut_seconds
+        self.before = before
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.accepted = 0
@@ -59,6 +69,8 @@ class CuttingProxy:
             except OSError:
                 return
             self.accepted += 1
+            if self.before is not None:
+                self.before(self.accepted)
             if self._cutting():
                 self.cut += 1
                 client.close()
