@@ -433,10 +433,9 @@ def check(probe: Callable[[float], redis.Redis], url: str, wait: float = 0.0) ->
             # no stale data) until the primary is back or the replica is promoted
             reason = str(exc)
             left = deadline - time.monotonic()
-            lasting = _lasting(reason)
-            if left <= 0 or lasting:
-                temporary = wait > 0 and not lasting  # waited for: a restart may find it
-                raise unavailable(url, exc, temporary=temporary) from exc
+            if left <= 0 or _lasting(reason):
+                # waited for: a restart may find it (what no wait mends, `unavailable` says so)
+                raise unavailable(url, exc, temporary=wait > 0) from exc
             log.warning(
                 "redis_waiting",
                 url=errors.redact_url(url),

@@ -33,16 +33,10 @@ class CuttingProxy:
         self.cut = 0  # connections closed at once
         self.cut_since: float | None = None
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        self._accepting = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
 
     def __enter__(self) -> CuttingProxy:
-        thread = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        self._accepting.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -51,8 +45,7 @@ class CuttingProxy:
             self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
         with contextlib.suppress(OSError):
             self.listener.close()
-        for thread in self._threads:
-            thread.join(5)
+        self._accepting.join(5)
 
     def _cutting(self) -> bool:
         if self.accepted <= self.through:
