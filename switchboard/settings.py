@@ -84,8 +84,8 @@ class Config(BaseSettings):
     # Runs one worker process carries at once. A run mostly waits on the model (seconds per
     # call, a few ms of CPU per step), so one process keeps many busy: 128 carries a burst of
     # 100 runs in one wave (bench_latency.py --defaults: 2.9 s at 500 ms per call, 8.2 s with
-    # 32) for ~20 MiB more at rest and one Redis connection per idle slot (blocked in RQ's
-    # dequeue). Raise it for slow models; add processes to use more cores.
+    # 32) for ~20 MiB more at rest (idle slots wait their turn in the process; at most 8 wait
+    # in Redis, worker/process.py). Raise it for slow models; add processes to use more cores.
     worker_concurrency: int = Field(128, alias="SWITCHBOARD_WORKER_CONCURRENCY", ge=1, le=1000)
     # What a worker process carries them in: greenlets on one gevent hub (no GIL hand-offs
     # between hundreds of threads: 1,000 runs in one process at ~0.6x the CPU, bench/README.md),

@@ -214,8 +214,9 @@ def runtime_settings(config: Config) -> Settings:
 def open_runtime(config: Config, *, service: bool = False) -> Runtime:
     """The runtime every command uses: configured Redis (or the embedded one), tools, policy.
     A `service` (the bot, a worker) waits a while for a Redis that does not answer yet."""
-    # Every slot holds a connection while it waits in RQ's blocking dequeue; its run needs
-    # another, and tools, leases and the sweeper share a few more.
+    # A bound, not a size: a connection is opened when no idle one is free. At most 8 slots
+    # hold one while they wait in RQ's blocking dequeue (worker/process.py `DEQUEUERS`); a
+    # run holds one while a command is in flight; tools, leases and the sweeper share a few.
     pool = 2 * config.worker_concurrency + 16
     wait = config.redis_start_wait if service else 0.0
     connection = connect(

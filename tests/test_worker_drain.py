@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -11,15 +12,28 @@ import pytest
 import redis
 from rq import Worker
 
+from switchboard import redisconn
 from tests.fakes.openai_server import Turn
 from tests.support.processes import WorkerProcess, worker_env
 from tests.support.redis_server import RedisServer
 from tests.support.runtime import ALICE, make_runtime, wait_for_run, wait_until
 from worker import service
-from worker.process import UNBLOCKED_BY_CLIENT, unblock_idle_slots
+from worker.process import (
+    DEQUEUERS,
+    UNBLOCKED_BY_CLIENT,
+    Slot,
+    Turns,
+    drain,
+    slot_queue_class,
+    unblock_idle_slots,
+)
 from worker.run import RunStatus
 
 pytestmark = pytest.mark.slow
+
+
+def blocked_dequeues(conn: redis.Redis) -> int:
+    return sum(c["cmd"] in ("blmove", "blpop") for c in conn.client_list())
 
 
 def test_sigterm_at_concurrency_32_with_one_run_in_flight_hands_it_back_once(
@@ -96,3 +110,91 @@ def test_waking_a_slot_whose_dequeue_waits_out_a_client_pause_leaves_redis_up(
         admin.execute_command("CLIENT", "UNPAUSE")
     finally:
         server.stop()
+
+
+def test_idle_slots_wait_in_redis_a_few_at_a_time_yet_take_a_burst_together_and_stop_at_once(
+    redis_conn, redis_url, model_server, tmp_path
+):
+    """At most DEQUEUERS of a process's idle slots hold a connection blocked in Redis (at
+    1,000 slots there were 1,000); the others wait their turn in the process. A burst is
+    still taken by as many slots as it has runs, and a SIGTERM ends every slot, those
+    waiting their turn too."""
+    slots = 32
+    together = threading.Barrier(slots)
+
+    def all_at_the_model(body: dict[str, object]) -> str | None:
+        if "all together" not in str(body["messages"]):
+            return None
+        # answered once every run is at the model; else (broken) the peak says so
+        with contextlib.suppress(threading.BrokenBarrierError):
+            together.wait(timeout=30)
+        return "here"
+
+    model_server.route(all_at_the_model)
+    rt = make_runtime(redis_conn, model_server.url)
+    env = worker_env(redis_url, model_server.url, tmp_path)
+    worker = WorkerProcess(env, tmp_path / "worker.log", "--concurrency", str(slots))
+    try:
+        wait_until(
+            lambda: Worker.count(connection=redis_conn, queue=rt.queue) == slots,
+            what="the worker's slots registered with RQ",
+        )
+        wait_until(lambda: blocked_dequeues(redis_conn) == DEQUEUERS, what="slots waiting")
+        model_server.take_peak_chats()
+        runs = [
+            service.submit(
+                rt, "all together: where?", ALICE.model_copy(update={"user_id": f"U{n:04d}"})
+            )
+            for n in range(slots)
+        ]
+        for run in runs:
+            assert wait_for_run(rt, run.id).answer == "here"
+        assert model_server.take_peak_chats() == slots  # each run in a slot of its own
+        wait_until(lambda: blocked_dequeues(redis_conn) == DEQUEUERS, what="slots waiting")
+        assert blocked_dequeues(redis_conn) == DEQUEUERS
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.wait(20) == 0
+    finally:
+        worker.stop()
+    assert Worker.count(connection=redis_conn, queue=rt.queue) == 0  # every slot left
+
+
+def test_a_drained_process_ends_every_slot_those_waiting_for_a_turn_too(
+    redis_conn, redis_url, model_server
+):
+    # connected as a process is (its connections named after it, so its slots can be woken)
+    rt = make_runtime(redisconn.connect(redis_url), model_server.url)
+    shared = slot_queue_class(rt.stopping)
+    slots = [Slot(rt, n, burst=False, queue_class=shared) for n in range(DEQUEUERS + 4)]
+    for slot in slots:
+        slot.start()
+    try:
+        wait_until(lambda: blocked_dequeues(redis_conn) == DEQUEUERS, what="slots waiting")
+        drain(rt, slots, grace=5)
+        for slot in slots:
+            slot.thread.join(5)
+        assert not [slot.index for slot in slots if slot.alive]
+    finally:
+        rt.stopping.set()
+        unblock_idle_slots(rt)
+        for slot in slots:
+            slot.worker.register_death()
+
+
+def test_a_slot_waiting_for_a_turn_leaves_once_woken_in_a_stopping_process():
+    """Even while the turns are held (a slot that began to wait in Redis just after the
+    process woke its slots there waits out its dequeue's timeout)."""
+    turns, stopping = Turns(1), threading.Event()
+    assert turns.take(1, stopping)
+    answers: list[bool] = []
+    waiting = threading.Thread(target=lambda: answers.append(turns.take(60, stopping)))
+    waiting.start()
+    assert not turns.take(0.05, stopping)  # none free: a wait that runs out says so
+    stopping.set()
+    turns.wake_all()
+    waiting.join(5)
+    assert answers == [False]
+    turns.give_back()
+    assert not turns.take(1, stopping)  # a free turn is not taken by a stopping process
+    stopping.clear()
+    assert turns.take(1, stopping)

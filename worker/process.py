@@ -16,15 +16,18 @@ isolation, but a run's state is in Redis and crashed runs are recovered by lease
 the sweeper, so Switchboard does not need RQ to notice a dead work-horse.
 
 Signals reach only the main thread, so it owns them: the first SIGINT/SIGTERM stops taking
-jobs in every slot (idle slots are woken from their blocking dequeue and leave, so none takes
-the job of a run just handed back) and asks every run in flight to hand itself back to the
-queue at its next step (`Runtime.stopping`); runs still busy when the grace period ends are
-recovered by the sweeper once their leases lapse. A second signal stops at once.
+jobs in every slot (idle slots are woken from their blocking dequeue, or get their turn to
+wait in it, and leave, so none takes the job of a run just handed back) and asks every run
+in flight to hand itself back to the queue at its next step (`Runtime.stopping`); runs still
+busy when the grace period ends are recovered by the sweeper once their leases lapse. A
+second signal stops at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import os
 import re
 import signal
@@ -32,13 +35,13 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import redis
 import structlog
 from rq import Queue, SimpleWorker
-from rq.exceptions import StopRequested
+from rq.exceptions import DequeueTimeout, StopRequested
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job
 from rq.job_lifecycle import format_exc_info
@@ -62,24 +65,99 @@ SUSPENSION_CHECK_EVERY = 1.0  # s: how often a slot asks whether `rq suspend` pa
 # The job a slot runs with its own bookkeeping instead of RQ's (SlotWorker.execute_job): a
 # run's `advance`, every job but the rare approval expiries.
 LEAN_FUNC = "worker.jobs.advance"
+DEQUEUERS = 8  # a process's idle slots that wait in Redis for a job at once (SlotQueue)
 
 
 # What a blocking command answers when CLIENT UNBLOCK ... ERROR wakes it.
 UNBLOCKED_BY_CLIENT = "UNBLOCKED client unblocked via CLIENT UNBLOCK"
 
 
+class Turns:
+    """The turns a process's idle slots take to wait in Redis for a job (`SlotQueue`)."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._changed = threading.Condition()
+
+    def take(self, timeout: float, stopping: threading.Event) -> bool:
+        """Wait up to `timeout` seconds for a turn. False if none came, or once `stopping`
+        is set (`wake_all` then ends the wait)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._free > 0 or stopping.is_set(), timeout)
+            if self._free == 0 or stopping.is_set():
+                return False
+            self._free -= 1
+            return True
+
+    def give_back(self) -> None:
+        with self._changed:
+            self._free += 1
+            self._changed.notify()
+
+    def wake_all(self) -> None:
+        """Every slot waiting for a turn looks at its process's `stopping` again."""
+        with self._changed:
+            self._changed.notify_all()
+
+
 class SlotQueue(Queue):
-    """RQ's queue, as the slots of one process dequeue from it: once the process is stopping,
-    a slot leaves RQ's loop instead of waiting for another job (RQ itself looks at its stop
-    flag only between jobs). Made per process by `slot_queue_class`."""
+    """RQ's queue, as the slots of one process dequeue from it. Made per process by
+    `slot_queue_class`.
+
+    Once the process is stopping, a slot leaves RQ's loop instead of waiting for another job
+    (RQ itself looks at its stop flag only between jobs).
+
+    At most DEQUEUERS of a process's idle slots wait in Redis for a job at once (RQ's
+    blocking BLMOVE, each on a connection of its own); the others wait in the process for a
+    turn, which a slot gives back as soon as Redis has answered it. So a burst is taken
+    DEQUEUERS jobs a round trip, and each job is then read by the slot that took it, outside
+    its turn. Before, every idle slot held a connection blocked in Redis: at 1,000 idle
+    slots, on a worker just started, its RSS was 126.4 MiB against 110.7 now and Redis's
+    memory 18.6 MiB against 5.4 (bench/README.md, "Sixteenth session"). The price: should
+    those few connections hang without an answer (a network that drops packets silently),
+    the process takes no job until the socket timeout ends their wait (60 s,
+    switchboard/redisconn.py), where before the slots that became free still did."""
 
     stopping: ClassVar[threading.Event] = threading.Event()
+    turns: ClassVar[Turns] = Turns(DEQUEUERS)
 
     @classmethod
     def dequeue_any(cls, *args: Any, **kwargs: Any) -> tuple[Job, Queue] | None:
         if cls.stopping.is_set():
             raise StopRequested
         return super().dequeue_any(*args, **kwargs)
+
+    @classmethod
+    def lmove(cls, connection: Any, queue_key: str, timeout: int | None) -> Any:
+        """RQ's pop on Redis 6.2 and later (BLMOVE), in a turn when it blocks."""
+        if timeout is None:  # answered at once (a burst worker's): nothing to wait for
+            return super().lmove(connection, queue_key, timeout)
+        with cls._turn(timeout, [queue_key]) as left:
+            return super().lmove(connection, queue_key, left)
+
+    @classmethod
+    def lpop(cls, queue_keys: Any, timeout: int | None, connection: Any = None) -> Any:
+        """RQ's pop on an older Redis (BLPOP), in a turn when it blocks."""
+        if timeout is None:
+            return super().lpop(queue_keys, timeout, connection)
+        with cls._turn(timeout, list(queue_keys)) as left:
+            return super().lpop(queue_keys, left, connection)
+
+    @classmethod
+    @contextlib.contextmanager
+    def _turn(cls, timeout: int, keys: list[str]) -> Iterator[int]:
+        """A turn to wait in Redis, and how long to wait there: what is left of `timeout` (RQ's
+        loop heartbeats between dequeues), in whole seconds as RQ gives it (BLPOP before Redis 6
+        takes no fraction), at least one."""
+        began = time.monotonic()
+        if not cls.turns.take(timeout, cls.stopping):
+            if cls.stopping.is_set():
+                raise StopRequested
+            raise DequeueTimeout(timeout, keys)
+        try:
+            yield max(1, math.ceil(timeout - (time.monotonic() - began)))
+        finally:
+            cls.turns.give_back()
 
 
 def _is_lean(job: Job) -> bool:
@@ -90,7 +168,9 @@ def _is_lean(job: Job) -> bool:
 
 
 def slot_queue_class(stopping: threading.Event) -> type[SlotQueue]:
-    return type("SlotQueue", (SlotQueue,), {"stopping": stopping})
+    """A queue class for slots that `stopping` stops and that share their turns to wait in
+    Redis: one per worker process (`serve`)."""
+    return type("SlotQueue", (SlotQueue,), {"stopping": stopping, "turns": Turns(DEQUEUERS)})
 
 
 class SlotWorker(SimpleWorker):
@@ -256,7 +336,14 @@ class SlotWorker(SimpleWorker):
 _UNNAMED = itertools.count(10_000)
 
 
-def make_worker(rt: Runtime, slot: int = 0, name: str | None = None) -> SlotWorker:
+def make_worker(
+    rt: Runtime,
+    slot: int = 0,
+    name: str | None = None,
+    queue_class: type[SlotQueue] | None = None,
+) -> SlotWorker:
+    """A slot's RQ worker. `queue_class` (`slot_queue_class`) is its process's, shared by its
+    slots; without one, the worker waits in Redis on its own turn."""
     return SlotWorker(
         [rt.queue.name],  # built by RQ as a SlotQueue, the class it must be
         connection=rt.redis,
@@ -264,7 +351,7 @@ def make_worker(rt: Runtime, slot: int = 0, name: str | None = None) -> SlotWork
         name=name or f"{socket.gethostname()}.{os.getpid()}.{next(_UNNAMED)}",
         slot=slot,
         stopping=rt.stopping,
-        queue_class=slot_queue_class(rt.stopping),
+        queue_class=queue_class or slot_queue_class(rt.stopping),
         # RQ's own liveness bookkeeping; Switchboard's recovery does not wait for it.
         worker_ttl=60,
         maintenance_interval=60,
@@ -274,9 +361,13 @@ def make_worker(rt: Runtime, slot: int = 0, name: str | None = None) -> SlotWork
 class Slot:
     """A worker loop in a thread; started again if its loop ends while the process runs."""
 
-    def __init__(self, rt: Runtime, index: int, burst: bool) -> None:
+    def __init__(
+        self, rt: Runtime, index: int, burst: bool, queue_class: type[SlotQueue] | None = None
+    ) -> None:
         self.rt, self.index, self.burst = rt, index, burst
-        self.worker = make_worker(rt, index, name=f"{socket.gethostname()}.{os.getpid()}.{index}")
+        self.queue_class = queue_class or slot_queue_class(rt.stopping)
+        name = f"{socket.gethostname()}.{os.getpid()}.{index}"
+        self.worker = make_worker(rt, index, name=name, queue_class=self.queue_class)
         self.thread = threading.Thread(target=self._work, name=f"slot-{index}", daemon=True)
         self.ended_at: float | None = None
 
@@ -303,7 +394,7 @@ class Slot:
         self.worker._stop_requested = True  # RQ's own flag: leave the loop after this job
 
     def restarted(self) -> Slot:
-        return Slot(self.rt, self.index, self.burst)
+        return Slot(self.rt, self.index, self.burst, self.queue_class)
 
 
 def serve(
@@ -327,7 +418,8 @@ def serve(
     if rt.policy_watcher is not None:
         rt.policy_watcher.start()  # a changed policy file, within its interval or on SIGHUP
     sweeper = Sweeper(rt)
-    slots = [Slot(rt, i, burst) for i in range(count)]
+    queue_class = slot_queue_class(rt.stopping)  # the slots share their turns (SlotQueue)
+    slots = [Slot(rt, i, burst, queue_class) for i in range(count)]
     sweeper.start()
     for slot in slots:
         slot.start()
@@ -368,6 +460,8 @@ def drain(rt: Runtime, slots: list[Slot], grace: float) -> None:
     for slot in slots:
         slot.request_stop()
     unblock_idle_slots(rt)
+    for queue_class in {slot.queue_class for slot in slots}:
+        queue_class.turns.wake_all()  # those waiting for a turn leave too
     deadline = time.monotonic() + grace
     while any(s.busy for s in slots) and time.monotonic() < deadline:
         time.sleep(0.05)
