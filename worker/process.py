@@ -112,8 +112,8 @@ class SlotQueue(Queue):
     turn, which a slot gives back as soon as Redis has answered it. So a burst is taken
     DEQUEUERS jobs a round trip, and each job is then read by the slot that took it, outside
     its turn. Before, every idle slot held a connection blocked in Redis: at 1,000 idle
-    slots, on a worker just started, its RSS was 126.4 MiB against 110.7 now and Redis's
-    memory 18.6 MiB against 5.4 (bench/README.md, "Sixteenth session"). The price: should
+    slots, on a worker just started, its RSS was 126.3 MiB against 113.0 now and Redis's
+    memory 18.6 MiB against 5.3 (bench/README.md, "Sixteenth session"). The price: should
     those few connections hang without an answer (a network that drops packets silently),
     the process takes no job until the socket timeout ends their wait (60 s,
     switchboard/redisconn.py), where before the slots that became free still did."""
