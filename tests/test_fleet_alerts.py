@@ -79,12 +79,19 @@ def run_slots(rt: Runtime, count: int) -> list[Slot]:
 
 
 def stop_slots(rt: Runtime, slots: list[Slot]) -> None:
+    """Every slot ended before the runtime may take jobs again: a slot that began its
+    blocking dequeue just after `unblock_idle_slots` read the client list would otherwise
+    wait there, outlive the test, and take a later test's jobs (one Redis per xdist worker)."""
     rt.stopping.set()
     for slot in slots:
         slot.request_stop()
-    unblock_idle_slots(rt)
+
+    def all_ended() -> bool:
+        unblock_idle_slots(rt)
+        return not any(slot.alive for slot in slots)
+
+    wait_until(all_ended, what="every slot ended")
     for slot in slots:
-        slot.thread.join(10)
         slot.worker.register_death()
     rt.stopping.clear()
 
