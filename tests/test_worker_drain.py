@@ -179,6 +179,7 @@ def test_a_drained_process_ends_every_slot_those_waiting_for_a_turn_too(
         unblock_idle_slots(rt)
         for slot in slots:
             slot.worker.register_death()
+        rt.redis.close()  # its pool's connections, named after this process, closed too
 
 
 def test_a_slot_waiting_for_a_turn_leaves_once_woken_in_a_stopping_process():
