@@ -49,9 +49,10 @@ def expire_approval(approval_id: str) -> str:
 
 
 def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> str:
-    rt.store.clear_queued(run_id, job_id)
+    taken_job: str | None = job_id or ""  # its queued mark dropped with the first try
     while True:
-        lease = rt.leases.acquire(run_id)
+        lease = rt.leases.acquire(run_id, taken_job=taken_job)
+        taken_job = None
         if lease is None:
             rt.store.wake(run_id)  # the holder will see the new score and look again
             return "busy"

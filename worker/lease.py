@@ -38,6 +38,20 @@ end
 return renewed
 """
 
+# KEYS: lease, due set, the run, and the run's queued mark when the job a worker took drops
+# it.  ARGV: token, the lease's term (ms), run id, that job's id ('' = whichever).
+# False when another holds the lease; else the run's score in the due set and its document
+# (each false when there is none), read with the lease held. The mark goes first, held or not
+# (the job that set it is taken), unless it already names a later job. One round trip for
+# what a worker that takes a job does before its first step (issue 28).
+_ACQUIRE = """
+if KEYS[4] and (ARGV[4] == '' or redis.call('GET', KEYS[4]) == ARGV[4]) then
+  redis.call('DEL', KEYS[4])
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+return {redis.call('ZSCORE', KEYS[2], ARGV[3]) or false, redis.call('GET', KEYS[3]) or false}
+"""
+
 RENEW_CHUNK = 500  # leases per script call: bounds the time Redis runs one
 
 # KEYS: lease, due set, and the run's mark of not yet said to have ended when it was (it is
@@ -104,22 +118,26 @@ class LeaseKeeper:
         # the leases to renew (not in that list: its own term counts).
         self._fresh_since = time.monotonic()
         self._unlisted = math.inf
+        self._acquire = self.redis.register_script(_ACQUIRE)
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
 
-    def acquire(self, run_id: str) -> Lease | None:
+    def acquire(self, run_id: str, *, taken_job: str | None = None) -> Lease | None:
+        """The run's lease, with what its holder reads first; None while another holds it.
+        `taken_job`: the id of the job this worker took for the run ('' for whichever): the
+        run's queued mark is dropped first, unless it already names a later job."""
+        keys = self.store.keys
         # the holder's pid in the token: who holds a run is visible to operators and tests
         token = f"{os.getpid()}-{secrets.token_hex(6)}"
         asked = time.monotonic()  # its term begins after this
-        # what the holder reads first, sent behind the lease in one round trip (issue 28);
-        # Redis runs them in this order, so they are read with the lease held, as one by one
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.store.keys.lease(run_id), token, nx=True, px=self.ms)
-        pipe.zscore(self.store.keys.due, run_id)
-        pipe.get(self.store.keys.run(run_id))
-        taken, due, document = pipe.execute()
-        if not taken:
+        lease_keys = [keys.lease(run_id), keys.due, keys.run(run_id)]
+        if taken_job is not None:
+            lease_keys.append(keys.queued(run_id))
+        args = [token, self.ms, run_id, taken_job or ""]
+        held = self._acquire(keys=lease_keys, args=args)
+        if not held:
             return None
+        due, document = held
         with self._lock:
             # the only one held: its term alone counts; else the earliest (a beat may have
             # ended, or another lease been taken, between its SET and this)
@@ -131,7 +149,7 @@ class LeaseKeeper:
                     target=self._heartbeat, name="lease-keeper", daemon=True
                 )
                 self._thread.start()
-        return Lease(self, run_id, token, "" if due is None else repr(due), document)
+        return Lease(self, run_id, token, "" if due is None else repr(float(due)), document)
 
     def release(self, lease: Lease, due_seen: str, *, told: bool = False) -> bool:
         with self._lock:

@@ -84,14 +84,6 @@ return {1, marks[2], full and 1 or 0}
 
 _WAKE = WAKE_LUA + "\nwake(KEYS[1], ARGV[1])\nreturn 1\n"
 
-# KEYS: queued mark.  ARGV: the job id that was taken ('' = whichever).
-_CLEAR_QUEUED = """
-if ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
 # KEYS: the run's mark of not yet said, its late teller's hold.  ARGV: the teller's lease
 # token, the hold's term (ms).  0: nothing to say; 1: held by this caller, to say; 2: another
 # holds it, saying it now.
@@ -152,7 +144,6 @@ class RunStore:
         self.retention = retention
         self._save = connection.register_script(_SAVE)
         self._wake = connection.register_script(_WAKE)
-        self._clear_queued = connection.register_script(_CLEAR_QUEUED)
         self._claim_untold = connection.register_script(_CLAIM_UNTOLD)
         self._let_go_untold = connection.register_script(_LET_GO_UNTOLD)
         # Runs of a schema version this process cannot read, skipped by every listing: how
@@ -294,10 +285,6 @@ class RunStore:
         """The run's advance job `job_id` is in the queue (it is enqueued in `pipeline`, after
         this): the sweeper leaves it alone."""
         pipeline.set(self.keys.queued(run_id), job_id, ex=QUEUED_MARK_SECONDS)
-
-    def clear_queued(self, run_id: str, job_id: str | None) -> None:
-        """A worker took the job: drop the mark, unless it already names a later job."""
-        self._clear_queued(keys=[self.keys.queued(run_id)], args=[job_id or ""])
 
     def overdue(self, older_than: float, limit: int = 200) -> list[str]:
         cutoff_ms = (time.time() - older_than) * 1000
