@@ -204,6 +204,8 @@ class PrimaryMoved(redis.ConnectionError):
     READONLY, MASTERDOWN or UNBLOCKED): the command did not run, so it is safe to send it
     again, to the new one."""
 
+    not_run = True  # as worker.runtime's `not_run` reads it (the worker does not import this)
+
 
 class LeaveDemoted:
     """Mixed into a connection class: a server that is no longer the primary is left, and

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from structlog.testing import capture_logs
 
 from bot.render.blocks import answer_messages
 from switchboard.settings import Config
@@ -527,3 +528,85 @@ def test_the_days_spend_gets_its_time_to_live_from_the_spend_that_begins_it(redi
     redis_conn.delete(spent)
     limits.spend("U1", 1e-300, reserved=True)  # Redis keeps 17 decimals: the total reads 0
     assert 0 < redis_conn.ttl(spent) <= 172800
+
+
+def test_a_steps_charge_is_written_by_its_save_fenced_off_or_not(redis_conn):
+    """issue 28: a model call's cost and the end of its place in flight go with the step's
+    save, in its script (one round trip a call fewer), written before the fence is looked
+    at: a worker that lost the run had still made the call."""
+    from worker.store import LeaseLost, RunStore
+
+    limits = PersonLimits(redis_conn, "sb:", Limits(cost_per_day=5.0), stale=600)
+    store = RunStore(redis_conn, retention=3600)
+    spent, calls, largest = limits._call_keys("U1")
+    run = Run(id="r-charged", question="q", requester=Requester(user_id="U1"))
+    store.create(run)
+    redis_conn.set(largest, "0.01")  # a priced call today: the call holds a place
+    limits.hold_charges(run.id)
+    started = limits.begin_call("U1", run.id)
+    assert started.held and redis_conn.hkeys(calls) == [run.id.encode()]
+    limits.end_call("U1", run.id, 0.25, reserved=started.reserved, held=started.held)
+    assert not redis_conn.exists(spent) and redis_conn.hkeys(calls) == [run.id.encode()]
+    store.save(run)  # the script loaded
+    redis_conn.config_resetstat()
+    store.save(run, charge=limits.take_charge(run.id))
+    assert commands_run(redis_conn)["evalsha"] == 1  # the save alone
+    assert float(redis_conn.get(spent)) == 0.25 and float(redis_conn.get(largest)) == 0.25
+    assert not redis_conn.exists(calls)
+    assert limits.take_charge(run.id) is None  # written once
+    # a worker fenced off (another holds the lease now) still charges the call it made
+    redis_conn.set(store.keys.lease(run.id), "another-worker")
+    started = limits.begin_call("U1", run.id)
+    limits.end_call("U1", run.id, 0.5, reserved=started.reserved, held=started.held)
+    with pytest.raises(LeaseLost):
+        store.save(run, "this-worker", charge=limits.take_charge(run.id))
+    assert float(redis_conn.get(spent)) == 0.75 and float(redis_conn.get(largest)) == 0.5
+    assert not redis_conn.exists(calls)
+
+
+def test_a_charge_no_save_wrote_is_written_when_the_run_is_let_go(redis_conn, model_server):
+    """A save Redis refused before running it (loading its data after a restart) leaves the
+    step's charge to be written alone when the worker lets go of the run (`settle`), as a
+    step that failed between its call and its save does; a process that does not hold the
+    run's charges writes each at once, as before."""
+    from tests.test_faults import LOADING
+
+    rt = make_runtime(redis_conn, model_server.url, limits=Limits(cost_per_day=5.0))
+    run = service.submit(rt, "anything", ALICE)
+    spent = rt.limits._call_keys(ALICE.user_id)[0]
+    rt.limits.hold_charges(run.id)
+    rt.limits.end_call(ALICE.user_id, run.id, 0.25, reserved=True, held=False)
+    saving = rt.store._save
+    rt.store._save = redis_conn.register_script(LOADING)
+    with pytest.raises(redis.exceptions.BusyLoadingError):
+        rt.save(run, "")
+    rt.store._save = saving
+    assert not redis_conn.exists(spent)
+    rt.limits.settle(run.id)
+    assert float(redis_conn.get(spent)) == 0.25
+    rt.limits.settle(run.id)  # nothing more to write
+    assert float(redis_conn.get(spent)) == 0.25
+    rt.limits.end_call(ALICE.user_id, run.id, 0.25, reserved=True, held=False)  # not held
+    assert float(redis_conn.get(spent)) == 0.5
+    # refused again as the worker lets go: said, and the job's end goes on
+    rt.limits.hold_charges(run.id)
+    rt.limits.end_call(ALICE.user_id, run.id, 0.25, reserved=True, held=False)
+    rt.limits._spend = redis_conn.register_script(LOADING)
+    with capture_logs() as logs:
+        rt.limits.settle(run.id)
+    assert [e["event"] for e in logs] == ["run_charge_unwritten"]
+    assert float(redis_conn.get(spent)) == 0.5
+
+
+def test_only_what_redis_says_it_did_not_run_gives_a_charge_back():
+    """A failure after which the save's script may have run (its charge written) must not
+    give the charge back: written again, it would count twice."""
+    from switchboard.redisconn import PrimaryMoved
+    from worker.runtime import not_run
+
+    assert not_run(PrimaryMoved("READONLY You can't write against a read only replica."))
+    assert not_run(redis.exceptions.BusyLoadingError("LOADING"))
+    assert not_run(redis.exceptions.ReadOnlyError("READONLY"))
+    assert not not_run(redis.ConnectionError("Connection closed by server."))
+    assert not not_run(redis.TimeoutError("Timeout reading from socket"))
+    assert not not_run(redis.ResponseError("ERR Error running script"))

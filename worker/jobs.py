@@ -59,6 +59,7 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
         due_seen = lease.due_seen
         structlog.contextvars.bind_contextvars(run_id=run_id)
         rt.events.hold(run_id)
+        rt.limits.hold_charges(run_id)
         outcome = ""
         try:
             outcome = _advance_held(rt, run_id, lease)
@@ -66,7 +67,10 @@ def advance_run(rt: runtime.Runtime, run_id: str, job_id: str | None = None) -> 
                 rt.store.wake(run_id)  # due again: if the re-queue below is lost, the sweeper
         finally:
             try:
-                rt.events.release(run_id)  # a hand-back's own event, at least, is left to write
+                try:
+                    rt.events.release(run_id)  # a hand-back's own event, at least, is left
+                finally:
+                    rt.limits.settle(run_id)  # a model call no save charged
             finally:  # let go whatever became of them: held, the lease was renewed for good
                 # The run stays due for the sweeper when nothing came back (Redis failed
                 # under the step and again under saving the failure: the run is as last

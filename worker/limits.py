@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import redis
+import structlog
 
 from approvals import WAKE_LUA
+from tools.exceptions import brief
 from worker.eventlog import APPEND_LUA, MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -162,24 +166,38 @@ return answer
 """
 )
 
-# KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost, then the
-# run id when its call is over (it stops counting as in flight as its cost is spent).
-# The day's spend gets its time to live from the spend that begins it, not from every spend
-# (issue 28): the one whose total is its own cost. Redis keeps 17 decimals of the total, so
-# "is" means within 1e-12 (a spend after less than that much is given the TTL again: no harm).
-_SPEND = """
-local cost = tonumber(ARGV[1])
-if cost > 0 then
-  local total = tonumber(redis.call('INCRBYFLOAT', KEYS[1], ARGV[1]))
-  if total - cost < 1e-12 then redis.call('EXPIRE', KEYS[1], 172800) end
-  local largest = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if cost > largest then
-    redis.call('SET', KEYS[3], ARGV[1], 'EX', 172800)
+# A model call's cost added to its person's day (and kept as the day's largest call, if it
+# is), and its place in flight ended (`ends`: the run id; '' when it held none). The day's
+# spend gets its time to live from the spend that begins it, not from every spend (issue 28):
+# the one whose total is its own cost. Redis keeps 17 decimals of the total, so "is" means
+# within 1e-12 (a spend after less than that much is given the TTL again: no harm). Run by
+# `_SPEND` alone, and by the step's save that charges the call (worker/store.py).
+SPEND_LUA = """
+local function spend(day, calls, largest, cost_text, ends)
+  local cost = tonumber(cost_text)
+  if cost > 0 then
+    local total = tonumber(redis.call('INCRBYFLOAT', day, cost_text))
+    if total - cost < 1e-12 then redis.call('EXPIRE', day, 172800) end
+    if cost > tonumber(redis.call('GET', largest) or '0') then
+      redis.call('SET', largest, cost_text, 'EX', 172800)
+    end
   end
+  if ends ~= '' then redis.call('HDEL', calls, ends) end
 end
-if ARGV[2] then redis.call('HDEL', KEYS[2], ARGV[2]) end
-return 1
 """
+
+# KEYS: the day's spend, the calls in flight, the day's largest call.  ARGV: cost, the run
+# id whose call is over ('': it held no place).
+_SPEND = SPEND_LUA + "spend(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\nreturn 1\n"
+
+
+class Charge(NamedTuple):
+    """A model call's cost for its person's day, and the place in flight it ends: written
+    alone (`_SPEND`), or by the run's next save, in the same round trip (issue 28)."""
+
+    keys: list[str]  # the day's spend, its calls in flight, its largest call
+    cost: str  # as Redis reads a number ("0": nothing to add)
+    ends: str  # the run whose place in flight ends ("": none held)
 
 
 class PersonLimits:
@@ -194,6 +212,9 @@ class PersonLimits:
         self._release = connection.register_script(_RELEASE)
         self._begin_call = connection.register_script(_BEGIN_CALL)
         self._spend = connection.register_script(_SPEND)
+        # run id -> its model call's charge, not written yet, while this process holds the
+        # run (`hold_charges`): the step's save writes it. One thread works a run at a time.
+        self._charges: dict[str, Charge | None] = {}
 
     def _cost_key(self, user_id: str, what: str = "cost", day: str = "") -> str:
         day = day or time.strftime("%Y%m%d", time.gmtime())
@@ -249,23 +270,67 @@ class PersonLimits:
         is), while its call goes on; as `end_call`, for a call `reserved` under a cap even if
         the cap is gone since."""
         if (reserved or self.limits.cost_per_day) and cost > 0:
-            self._spend(keys=self._call_keys(user_id), args=[repr(cost)])
+            self._write(Charge(self._call_keys(user_id), repr(cost), ""))
 
     def end_call(
         self, user_id: str, run_id: str, cost: float, *, reserved: bool, held: bool
     ) -> None:
         """The model call of `run_id` is over: what its answer cost is added to the day's
         spend (and is the largest call, if it is) as it stops counting as in flight (when it
-        `held` a place), in one script. A call `begin_call` `reserved` is charged and ended
-        even if a policy reload removed the cap meanwhile: its place would otherwise count
-        against the person until it went stale, should the cap come back."""
-        if not (reserved or self.limits.cost_per_day):
+        `held` a place), in one write: the run's next save, when this process holds the
+        run's charges (`hold_charges`), else a script of its own. A call `begin_call`
+        `reserved` is charged and ended even if a policy reload removed the cap meanwhile:
+        its place would otherwise count against the person until it went stale, should the
+        cap come back."""
+        if not (reserved or self.limits.cost_per_day) or (cost <= 0 and not held):
             return
-        if cost > 0:
-            args = [repr(cost), run_id] if held else [repr(cost)]
-            self._spend(keys=self._call_keys(user_id), args=args)
-        elif held:
-            self.redis.hdel(self._cost_key(user_id, "calls"), run_id)
+        ends = run_id if held else ""
+        charge = Charge(self._call_keys(user_id), repr(cost) if cost > 0 else "0", ends)
+        if run_id not in self._charges:
+            self._write(charge)
+            return
+        pending = self._charges[run_id]
+        self._charges[run_id] = charge
+        if pending is not None:  # no save since the run's last call: that one, alone
+            self._write(pending)
+
+    def hold_charges(self, run_id: str) -> None:
+        """Keep the charge of `run_id`'s model calls for its next save (`take_charge`), until
+        `settle`: the caller holds the run's lease and saves after every model call. The
+        cost is on the person's day from that save, after the step's reads, not from the
+        answer: meanwhile the call counts against the cap at the day's largest call (none,
+        when it holds no place). A step whose save never reaches Redis (its worker killed,
+        or Redis gone then) leaves its call uncharged; the next worker does the step again
+        and charges its own call, as a worker killed during the call always did. Kept as it
+        is when already held (another slot of this process took the run over)."""
+        self._charges.setdefault(run_id, None)
+
+    def take_charge(self, run_id: str) -> Charge | None:
+        """The charge the run's save is to write (None: none), no longer kept here."""
+        charge = self._charges.get(run_id)
+        if charge is not None:
+            self._charges[run_id] = None
+        return charge
+
+    def put_back(self, run_id: str, charge: Charge | None) -> None:
+        """A charge `take_charge` gave for a save that Redis refused before running it."""
+        if charge is not None and run_id in self._charges:
+            self._charges[run_id] = charge
+
+    def settle(self, run_id: str) -> None:
+        """Stop holding the run's charges; one no save wrote (the step failed before its
+        save, or Redis refused it unrun) is written now, alone. Never raises: a charge Redis
+        refuses again is said in the log (`run_charge_unwritten`) and not kept."""
+        charge = self._charges.pop(run_id, None)
+        if charge is None:
+            return
+        try:
+            self._write(charge)
+        except redis.RedisError as exc:
+            log.warning("run_charge_unwritten", run_id=run_id, cost=charge.cost, error=brief(exc))
+
+    def _write(self, charge: Charge) -> None:
+        self._spend(keys=charge.keys, args=[charge.cost, charge.ends])
 
     def check(self, user_id: str) -> None:
         """Before a question is accepted: the rate and the day's spend, in one script."""

@@ -7,11 +7,12 @@ The events of a step are normally written with its save (worker/events.py); thes
 at once, with whatever the step recorded before them (the demonstrations it selected), so a
 person following the run sees the model being asked while it is, and every retry as it
 happens. The first attempt's start is written by the script that reserves the call against
-the person's day (worker/limits.py), and the answer's cost by the one that ends it: a model
-call costs Redis two round trips besides its step's save (three before, four when priced;
-issue 28). While the person's largest call today costs nothing (an unpriced model, or no
-priced call yet), no place in flight is held: the start writes no place and an answer that
-costs nothing ends none, one round trip in all. A worker that stops mid-call leaves
+the person's day (worker/limits.py), and the answer's cost, with the end of its place in
+flight, by the step's save when the worker holds the run's charges (a job, worker/jobs.py),
+else by a script of its own: a model call costs Redis one round trip besides its step's save
+(two before, four when priced; issue 28). While the person's largest call today costs nothing
+(an unpriced model, or no priced call yet), no place in flight is held: the start writes no
+place and an answer that costs nothing ends none. A worker that stops mid-call leaves
 `model_call_started` without its outcome; the next worker's step starts again with its own.
 """
 
@@ -68,7 +69,7 @@ class StepWatch:
 
     def end(self) -> None:
         """The step's call is over: what its answer cost goes to the person's day as the
-        call stops counting as in flight, in one write."""
+        call stops counting as in flight, in one write (the step's save, in a job)."""
         user_id = self.run.requester.user_id
         self.rt.limits.end_call(
             user_id, self.run.id, self.unspent, reserved=self.reserved, held=self.held

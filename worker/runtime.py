@@ -65,6 +65,16 @@ class Settings:
         return int(self.budgets.deadline_seconds + self.model_timeout + 120)
 
 
+def not_run(exc: redis.RedisError) -> bool:
+    """Whether Redis said it did not run the command: loading its data after a restart
+    (LOADING), a replica (READONLY), or a primary demoted under it, past the client's retries
+    (switchboard.redisconn's `PrimaryMoved`, which says so with `not_run`). Any other failure
+    may have come after a script ran, in whole or in part."""
+    return isinstance(
+        exc, (redis.exceptions.BusyLoadingError, redis.exceptions.ReadOnlyError)
+    ) or bool(getattr(exc, "not_run", False))
+
+
 @dataclass
 class Runtime:
     redis: redis.Redis
@@ -114,10 +124,17 @@ class Runtime:
         self.policy = policy
 
     def save(self, run: Run, lease_token: str) -> str | None:
-        """Save a run this process holds, with the events its step recorded (renewing its
-        lease when the keeper is late). Returns who asked to cancel it, if anyone."""
+        """Save a run this process holds, with the events its step recorded and the charge
+        of its model call (renewing its lease when the keeper is late). Returns who asked to
+        cancel it, if anyone."""
         term = self.leases.save_term()
-        return self.store.save(run, lease_token, self.events.take(run.id), term)
+        charge = self.limits.take_charge(run.id)
+        try:
+            return self.store.save(run, lease_token, self.events.take(run.id), term, charge)
+        except redis.RedisError as exc:
+            if not_run(exc):  # the charge is written later: by the next save, or `settle`
+                self.limits.put_back(run.id, charge)
+            raise
 
     def surface(self, run: Run) -> Surface:
         """Where this run reports: the surface it came from, guarded; silent if none."""

@@ -15,13 +15,19 @@ import structlog
 from approvals import WAKE_LUA
 from worker.eventlog import APPEND_LUA, MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
+from worker.limits import SPEND_LUA, Charge
 from worker.run import Run, RunSchemaError, RunStatus, migrate
 
 # KEYS: doc, lease, new status index, events, cancel mark, the mark of a run not yet said to
-# have ended, then the other status indexes.
+# have ended, then the other status indexes, then (with a charge) the keys of the person's day
+# (worker/limits.py `Charge`).
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
 # events the log keeps, the lease's term in ms (0 = leave it), the run's status, how long the
-# not-yet-said mark lives (0: none is set: the run has not ended), then events to append.
+# not-yet-said mark lives (0: none is set: the run has not ended), how many other status
+# indexes, the charge's cost ('': no charge) and the run whose place in flight it ends, then
+# events to append.
+# The step's model call is charged first, fenced off or not: it was made (issue 28: in the
+# save's round trip, not one of its own).
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite;
 # one whose save goes through holds the run, and with a term its lease runs that long from then.
 # A run's index entry is scored when it reached its status, and its document and event log
@@ -32,7 +38,13 @@ from worker.run import Run, RunSchemaError, RunStatus, migrate
 # its own save instead of asking at every step.
 _SAVE = (
     APPEND_LUA
+    + SPEND_LUA
     + """
+local others = tonumber(ARGV[10])
+if ARGV[11] ~= '' then
+  local day = 7 + others
+  spend(KEYS[day], KEYS[day + 1], KEYS[day + 2], ARGV[11], ARGV[12])
+end
 -- the lease and the cancel mark in one read (a command fewer than two GETs, at every save)
 local marks = redis.call('MGET', KEYS[2], KEYS[5])
 if ARGV[1] ~= '' and marks[1] ~= ARGV[1] then return 0 end
@@ -54,7 +66,7 @@ else
   if redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3]) == 1 then
     local left = false
     if was then
-      for i = 7, #KEYS do
+      for i = 7, 6 + others do
         if string.sub(KEYS[i], -(#was + 1)) == ':' .. was then
           redis.call('ZREM', KEYS[i], ARGV[3])
           left = true
@@ -62,7 +74,7 @@ else
       end
     end
     if not left then
-      for i = 7, #KEYS do redis.call('ZREM', KEYS[i], ARGV[3]) end
+      for i = 7, 6 + others do redis.call('ZREM', KEYS[i], ARGV[3]) end
     end
   end
   if ttl > 0 then
@@ -75,7 +87,7 @@ end
 -- says it (the one that ended it stopped before it could, or lost this script's answer)
 if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[6], '1', 'EX', ARGV[9]) end
 local full, began = false, false
-if #ARGV > 9 then full, began = append(KEYS[4], 10, ttl, tonumber(ARGV[6])) end
+if #ARGV > 12 then full, began = append(KEYS[4], 13, ttl, tonumber(ARGV[6])) end
 -- the log expires with the document (one these events began got its time in `append`)
 if ttl > 0 and not kept and not began then redis.call('EXPIRE', KEYS[4], ttl) end
 return {1, marks[2], full and 1 or 0}
@@ -203,11 +215,17 @@ class RunStore:
             return None
 
     def save(
-        self, run: Run, lease_token: str = "", events: Sequence[str] = (), lease_ms: int = 0
+        self,
+        run: Run,
+        lease_token: str = "",
+        events: Sequence[str] = (),
+        lease_ms: int = 0,
+        charge: Charge | None = None,
     ) -> str | None:
         """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
         by EventLog) to its log, in one script; with `lease_ms`, the lease is renewed for that
-        long as well. Returns who asked to cancel it, if anyone."""
+        long as well, and a model call's `charge` is written first, fenced off or not.
+        Returns who asked to cancel it, if anyone."""
         run.updated_at = time.time()
         others = [self.keys.status(s) for s in RunStatus if s != run.status]
         # Every run expires `retention` after it reached its status, finished or not: a run
@@ -223,6 +241,7 @@ class RunStore:
                 self.keys.cancel(run.id),
                 self.keys.untold(run.id),
                 *others,
+                *(charge.keys if charge is not None else ()),
             ],
             args=[
                 lease_token,
@@ -234,6 +253,8 @@ class RunStore:
                 lease_ms,
                 run.status.value,
                 UNTOLD_SECONDS if run.status.terminal else 0,
+                len(others),
+                *((charge.cost, charge.ends) if charge is not None else ("", "")),
                 *events,
             ],
         )
