@@ -594,27 +594,48 @@ def test_a_run_interrupted_once_at_every_step_goes_on_for_more_than_the_bound_of
     assert done.usage.steps == steps + 1
 
 
-def test_a_run_whose_place_in_flight_redis_does_not_release_for_now_is_answered_all_the_same(
+def test_a_run_whose_admitted_successor_redis_does_not_queue_for_now_is_answered_all_the_same(
     redis_conn, model_server
 ):
-    """The run is saved as ended, then gives its place in flight back and is said to be
-    done. A Redis that refuses the release for now (LOADING) must not keep the answer from
-    the person: interrupted there, the run stayed ended in Redis and was never said (a
-    worker taking it again finds it ended; found by review)."""
-    from worker import limits as limits_module
+    """The save that ends the run gives its place in flight back and admits who waits in
+    line (marked due), then queues it and says the run is done. A Redis that refuses the
+    queueing for now must not keep the answer from the person (interrupted there, the run
+    stayed ended in Redis and was never said: found by review); the run admitted stays due,
+    and the sweeper queues it."""
+    from structlog.testing import capture_logs
+
     from worker.limits import Limits
+    from worker.sweeper import sweep
 
     told = Told()
-    model_server.route("place", ["answered"])
+    model_server.route("place", ["answered", "answered too"])
     rt = make_runtime(
-        redis_conn, model_server.url, limits=Limits(runs_in_flight=3), surfaces={"told": told}
+        redis_conn,
+        model_server.url,
+        lease_seconds=LEASE,
+        limits=Limits(runs_in_flight=1),
+        surfaces={"told": told},
     )
-    run = service.submit(rt, "place question", ALICE, origin={"surface": "told"})
-    mark = f"sb:test:refused:{run.id}"
-    rt.limits._release = refused_once(redis_conn, limits_module._RELEASE, mark)
+    first = service.submit(rt, "place question", ALICE, origin={"surface": "told"})
+    second = service.submit(rt, "place question too", ALICE, origin={"surface": "told"})
+    assert rt.limits.waiting(ALICE.user_id) == 1
+    queueing = rt.enqueue_advance
+
+    def refused_once(run_id: str) -> None:  # Redis gone for a moment as the run is queued
+        rt.enqueue_advance = queueing  # type: ignore[method-assign]
+        raise redis.ConnectionError("Connection closed by server.")
+
+    rt.enqueue_advance = refused_once  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        work(rt)
+    assert rt.store.load(first.id).status == RunStatus.COMPLETED and told.runs == [first.id]
+    assert "run_admission_later" in [e["event"] for e in logs]
+    assert rt.limits.waiting(ALICE.user_id) == 0  # admitted by the save that ended the first
+    assert rt.store.load(second.id).status == RunStatus.QUEUED
+    wait_until(lambda: sweep(rt) == 1, what="the sweeper to queue the admitted run")
     work(rt)
-    assert rt.store.load(run.id).status == RunStatus.COMPLETED and told.runs == [run.id]
-    assert not redis_conn.exists(rt.store.keys.untold(run.id))  # said: nothing left to say
+    assert rt.store.load(second.id).status == RunStatus.COMPLETED
+    assert told.runs == [first.id, second.id]
 
 
 def test_a_run_whose_surface_lost_redis_while_saying_it_ended_is_said_again(

@@ -610,3 +610,35 @@ def test_only_what_redis_says_it_did_not_run_gives_a_charge_back():
     assert not not_run(redis.ConnectionError("Connection closed by server."))
     assert not not_run(redis.TimeoutError("Timeout reading from socket"))
     assert not not_run(redis.ResponseError("ERR Error running script"))
+
+
+def test_the_save_that_ends_a_run_gives_its_place_back_in_its_round_trip(redis_conn):
+    """issue 28: the place in flight of a run that ended (or waits for people) is given back,
+    and who waits in line admitted, by the save that says so: one script, not two. A worker
+    fenced off gives back nothing (the run is not its to end)."""
+    from worker.store import LeaseLost, RunStore
+
+    limits = PersonLimits(redis_conn, "sb:", Limits(runs_in_flight=1), stale=600)
+    store = RunStore(redis_conn, retention=3600)
+    active, waiting = limits._line_keys("U1")
+    run = Run(id="r-ends", question="q", requester=Requester(user_id="U1"))
+    store.create(run)
+    assert limits.admit("U1", run.id) and not limits.admit("U1", "r-waits")
+    run.status = RunStatus.COMPLETED
+    redis_conn.set(store.keys.lease(run.id), "another-worker")
+    with pytest.raises(LeaseLost):
+        store.save_releasing(run, "this-worker", release=limits.releasing("U1", run.id, "d"))
+    assert redis_conn.zrange(active, 0, -1) == [run.id.encode()]
+    assert redis_conn.lrange(waiting, 0, -1) == [b"r-waits"]
+    redis_conn.delete(store.keys.lease(run.id))
+    store.save(run)  # the script loaded
+    redis_conn.config_resetstat()
+    release = limits.releasing("U1", run.id, store.keys.due)
+    assert store.save_releasing(run, release=release) == (None, ["r-waits"])
+    assert commands_run(redis_conn)["evalsha"] == 1
+    assert redis_conn.zrange(active, 0, -1) == [b"r-waits"]
+    assert redis_conn.llen(waiting) == 0
+    assert redis_conn.zscore(store.keys.due, "r-waits") is not None
+    assert limits.releasing("U1", run.id, store.keys.due) is not None
+    limits.limits = Limits()  # no limit: nothing to give back
+    assert limits.releasing("U1", run.id, store.keys.due) is None

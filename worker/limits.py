@@ -83,37 +83,64 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
 return 1
 """
 
-# KEYS: active zset, waiting list, due set, the set of people with a line.  ARGV: run id
-# ('': none, the sweeper draining the line), limit (0: none, when draining: all are admitted,
-# none holding a place, as `admit` gives none without a limit), now, stale cutoff, user id.
-# Returns the runs admitted from the line; each is marked due first, so the sweeper queues it
-# even if this process stops before it does. With nobody in line, nothing more is read (the
-# sweeper's pass unlists the person); with someone, stale places are dropped first (an
-# admission drops them only when full), so they keep nobody in line out.
-_RELEASE = (
+# A run stops counting against its person (`run_id`; '': none, the sweeper draining the
+# line) and the runs admitted from the line in its place are returned, each marked due first,
+# so the sweeper queues it even if this process stops before it does. `limit` 0: none (when
+# draining: all are admitted, none holding a place, as `admit` gives none without a limit).
+# With nobody in line, nothing more is read (the sweeper's pass unlists the person); with
+# someone, stale places are dropped first (an admission drops them only when full), so they
+# keep nobody in line out. Run by `_RELEASE` alone, and by the save that ends or suspends the
+# run (worker/store.py).
+RELEASE_LUA = (
     WAKE_LUA
     + """
--- a run holds a place in flight or one in line, never both (admitted: popped from the line)
-if ARGV[1] ~= '' and redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
-  redis.call('LREM', KEYS[2], 0, ARGV[1])
-end
-local admitted = {}
-if redis.call('LLEN', KEYS[2]) == 0 then
-  if ARGV[1] == '' then redis.call('SREM', KEYS[4], ARGV[5]) end
+local function release(active, waiting, due, lines, run_id, limit_text, now, stale, user)
+  -- a run holds a place in flight or one in line, never both (admitted: popped from the line)
+  if run_id ~= '' and redis.call('ZREM', active, run_id) == 0 then
+    redis.call('LREM', waiting, 0, run_id)
+  end
+  local admitted = {}
+  if redis.call('LLEN', waiting) == 0 then
+    if run_id == '' then redis.call('SREM', lines, user) end
+    return admitted
+  end
+  local limit = tonumber(limit_text)
+  if limit > 0 then redis.call('ZREMRANGEBYSCORE', active, 0, stale) end
+  while limit == 0 or redis.call('ZCARD', active) < limit do
+    local next = redis.call('LPOP', waiting)
+    if not next then break end
+    if limit > 0 then redis.call('ZADD', active, now, next) end
+    wake(due, next)
+    table.insert(admitted, next)
+  end
   return admitted
 end
-local limit = tonumber(ARGV[2])
-if limit > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[4]) end
-while limit == 0 or redis.call('ZCARD', KEYS[1]) < limit do
-  local next = redis.call('LPOP', KEYS[2])
-  if not next then break end
-  if limit > 0 then redis.call('ZADD', KEYS[1], ARGV[3], next) end
-  wake(KEYS[3], next)
-  table.insert(admitted, next)
-end
-return admitted
 """
 )
+
+# KEYS: active zset, waiting list, due set, the set of people with a line.  ARGV: run id,
+# limit, now, stale cutoff, user id.
+_RELEASE = (
+    RELEASE_LUA
+    + "return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4],"
+    + " ARGV[5])\n"
+)
+
+
+class Release(NamedTuple):
+    """A run's place in flight given back, and who waits in line admitted: written alone
+    (`_RELEASE`), or by the save that ends or suspends the run, in its round trip."""
+
+    keys: list[str]  # the person's places in flight, their line, the due set, the lines' set
+    run_id: str  # '': none (the sweeper draining the line)
+    limit: int
+    now: float
+    stale: float  # places taken before this are stale
+    user_id: str
+
+    def args(self) -> list[str | int | float]:
+        """As `_RELEASE` reads them after its keys (the save reads all but the run id)."""
+        return [self.run_id, self.limit, self.now, self.stale, self.user_id]
 
 
 # KEYS: the day's spend, the calls in flight (hash: run id -> "started|estimate"), the
@@ -392,14 +419,27 @@ class PersonLimits:
         found = self.redis.srandmember(self.keys.lines, LINES_A_PASS)
         return [user.decode() for user in found or ()]
 
-    def _released(self, user_id: str, run_id: str, limit: int, due_key: str) -> list[str]:
+    def releasing(self, user_id: str, run_id: str, due_key: str) -> Release | None:
+        """`release` as a save writes it (None: no limit, nothing to give back)."""
+        limit = self.limits.runs_in_flight
+        return self._releasing(user_id, run_id, limit, due_key) if limit else None
+
+    def _releasing(self, user_id: str, run_id: str, limit: int, due_key: str) -> Release:
         keys = [*self._line_keys(user_id), due_key, self.keys.lines]
         now = time.time()
-        args = [run_id, limit, now, now - self.stale, user_id]
-        return [a.decode() for a in self._release(keys=keys, args=args)]
+        return Release(keys, run_id, limit, now, now - self.stale, user_id)
+
+    def _released(self, user_id: str, run_id: str, limit: int, due_key: str) -> list[str]:
+        release = self._releasing(user_id, run_id, limit, due_key)
+        return admitted(self._release(keys=release.keys, args=release.args()))
 
     def waiting(self, user_id: str) -> int:
         return int(self.redis.llen(self.keys.person(user_id, "waiting")))
+
+
+def admitted(reply: list[bytes]) -> list[str]:
+    """The run ids a release's script answered."""
+    return [a.decode() for a in reply]
 
 
 def _over(spent: float, per_day: float) -> str | None:

@@ -112,8 +112,7 @@ def drive(rt: Runtime, run: Run, lease_token: str) -> bool:
             case Suspend():
                 run.status = RunStatus.AWAITING_APPROVAL
                 rt.events.append(run.id, EventKind.SUSPENDED, approvals=run.pending_approvals)
-                rt.save(run, lease_token)
-                admit_next(rt, run)
+                admit(rt, run, rt.save_releasing(run, lease_token))
             case Finish():
                 end(rt, run, step, lease_token)
         if recovered:  # saved past where it stopped: the count was of a step now done
@@ -533,29 +532,35 @@ def end(rt: Runtime, run: Run, finish: Finish, lease_token: str) -> None:
         cost=run.usage.cost,
         seconds=run.usage.active_seconds,
     )
-    rt.save(run, lease_token)
+    admitted = rt.save_releasing(run, lease_token)
     tracing.run_ended(run)
     metrics.run_ended(run.status, run.usage.active_seconds)
     log.info("run_ended", run_id=run.id, status=finish.status.value, reason=finish.reason)
-    say_ended(rt, run)
+    say_ended(rt, run, admitted)
 
 
-def say_ended(rt: Runtime, run: Run) -> None:
-    """After the run was saved as ended: its place in flight is given back and the person
-    is told. Again by a worker that finds the run ended and not yet said (worker/jobs.py,
-    `RunStore.claim_untold`): the one that ended it stopped in between, lost the answer of
-    the save, or its surface could not tell the person then (`TellLater`)."""
-    try:
-        admit_next(rt, run)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        # Saved as ended: the person is told all the same (interrupted here, the run was
-        # ended in Redis and never said: a worker that takes it again finds it ended). Its
-        # place in flight counts until it goes stale; the sweeper then admits who waits.
-        log.warning("run_admission_later", run_id=run.id, error=str(exc))
+def say_ended(rt: Runtime, run: Run, admitted: list[str] | None = None) -> None:
+    """After the run was saved as ended: its place in flight is given back (by that save,
+    which `admitted` who waited in line) and the person is told. Again by a worker that finds
+    the run ended and not yet said (worker/jobs.py, `RunStore.claim_untold`): the one that
+    ended it stopped in between, lost the answer of the save, or its surface could not tell
+    the person then (`TellLater`)."""
+    admit(rt, run, admitted)
     rt.surface(run).finished(run)
 
 
-def admit_next(rt: Runtime, run: Run) -> None:
-    """The run no longer counts as in flight for its requester: queue who waits in line."""
-    for run_id in rt.limits.release(run.requester.user_id, run.id, rt.store.keys.due):
-        rt.enqueue_advance(run_id)
+def admit(rt: Runtime, run: Run, admitted: list[str] | None) -> None:
+    """`run` no longer counts as in flight for its requester: queue the runs admitted from
+    their line in its place (`admitted`, each marked due by the save that gave the place
+    back), or give the place back first (None: a late teller's). Redis failing here for now
+    does not stop the run from being said: interrupted here, it was ended in Redis and never
+    said (a worker that takes it again finds it ended). A run admitted is due, so the sweeper
+    queues it; a place not given back counts until it goes stale, and the sweeper then
+    admits who waits."""
+    try:
+        if admitted is None:
+            admitted = rt.limits.release(run.requester.user_id, run.id, rt.store.keys.due)
+        for run_id in admitted:
+            rt.enqueue_advance(run_id)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("run_admission_later", run_id=run.id, error=str(exc))

@@ -23,7 +23,7 @@ from worker.connections.tokens import Connections
 from worker.eventlog import EventLog
 from worker.lease import LeaseKeeper
 from worker.library import Selector
-from worker.limits import Limits, PersonLimits
+from worker.limits import Limits, PersonLimits, Release
 from worker.model_base import NO_MODEL, Model, ModelNotConfigured
 from worker.policy_watch import PolicyWatcher
 from worker.roles import RolesResolver
@@ -127,10 +127,22 @@ class Runtime:
         """Save a run this process holds, with the events its step recorded and the charge
         of its model call (renewing its lease when the keeper is late). Returns who asked to
         cancel it, if anyone."""
+        return self._save(run, lease_token, None)[0]
+
+    def save_releasing(self, run: Run, lease_token: str) -> list[str]:
+        """`save` a run that ended or waits for people, and give its place in flight back
+        in the same write: the runs of its person admitted in its place, to queue."""
+        release = self.limits.releasing(run.requester.user_id, run.id, self.store.keys.due)
+        return self._save(run, lease_token, release)[1]
+
+    def _save(
+        self, run: Run, lease_token: str, release: Release | None
+    ) -> tuple[str | None, list[str]]:
         term = self.leases.save_term()
         charge = self.limits.take_charge(run.id)
+        events = self.events.take(run.id)
         try:
-            return self.store.save(run, lease_token, self.events.take(run.id), term, charge)
+            return self.store.save_releasing(run, lease_token, events, term, charge, release)
         except redis.RedisError as exc:
             if not_run(exc):  # the charge is written later: by the next save, or `settle`
                 self.limits.put_back(run.id, charge)

@@ -15,35 +15,39 @@ import structlog
 from approvals import WAKE_LUA
 from worker.eventlog import APPEND_LUA, MAX_EVENTS_PER_RUN, said_full
 from worker.keys import Keys
-from worker.limits import SPEND_LUA, Charge
+from worker.limits import RELEASE_LUA, SPEND_LUA, Charge, Release, admitted
 from worker.run import Run, RunSchemaError, RunStatus, migrate
 
 # KEYS: doc, lease, new status index, events, cancel mark, the mark of a run not yet said to
 # have ended, then the other status indexes, then (with a charge) the keys of the person's day
-# (worker/limits.py `Charge`).
+# (worker/limits.py `Charge`), then (with a release) the person's places in flight, their line,
+# the due set and the set of people with a line (worker/limits.py `Release`).
 # ARGV: lease token ('' = unfenced), json, run id, score, ttl seconds (0 = keep), the most
 # events the log keeps, the lease's term in ms (0 = leave it), the run's status, how long the
 # not-yet-said mark lives (0: none is set: the run has not ended), how many other status
-# indexes, the charge's cost ('': no charge) and the run whose place in flight it ends, then
-# events to append.
+# indexes, the charge's cost ('': no charge) and the run whose place in flight it ends, the
+# release's limit ('': no release), now, stale cutoff and user id, then events to append.
 # The step's model call is charged first, fenced off or not: it was made (issue 28: in the
-# save's round trip, not one of its own).
+# save's round trip, not one of its own). The run's place in flight is given back, and who
+# waits in line admitted, once the run is saved (a save that ends or suspends it).
 # A worker that lost its lease (it stalled and another took over) can no longer overwrite;
 # one whose save goes through holds the run, and with a term its lease runs that long from then.
 # A run's index entry is scored when it reached its status, and its document and event log
 # expire `ttl` after that: a save that keeps the status (most of them: every step of a running
 # run) writes the document and the events, and touches no index.
 # Returns 0 when fenced off, else {1, who asked to cancel the run or false, 1 when the event log
-# was full and its newest events were dropped, else 0}: the loop learns of a cancellation from
-# its own save instead of asking at every step.
+# was full and its newest events were dropped, else 0, the runs the release admitted}: the
+# loop learns of a cancellation from its own save instead of asking at every step.
 _SAVE = (
     APPEND_LUA
     + SPEND_LUA
+    + RELEASE_LUA
     + """
 local others = tonumber(ARGV[10])
+local line = 7 + others  -- the release's keys: after the charge's, if any
 if ARGV[11] ~= '' then
-  local day = 7 + others
-  spend(KEYS[day], KEYS[day + 1], KEYS[day + 2], ARGV[11], ARGV[12])
+  spend(KEYS[line], KEYS[line + 1], KEYS[line + 2], ARGV[11], ARGV[12])
+  line = line + 3
 end
 -- the lease and the cancel mark in one read (a command fewer than two GETs, at every save)
 local marks = redis.call('MGET', KEYS[2], KEYS[5])
@@ -87,10 +91,15 @@ end
 -- says it (the one that ended it stopped before it could, or lost this script's answer)
 if tonumber(ARGV[9]) > 0 then redis.call('SET', KEYS[6], '1', 'EX', ARGV[9]) end
 local full, began = false, false
-if #ARGV > 12 then full, began = append(KEYS[4], 13, ttl, tonumber(ARGV[6])) end
+if #ARGV > 16 then full, began = append(KEYS[4], 17, ttl, tonumber(ARGV[6])) end
 -- the log expires with the document (one these events began got its time in `append`)
 if ttl > 0 and not kept and not began then redis.call('EXPIRE', KEYS[4], ttl) end
-return {1, marks[2], full and 1 or 0}
+local admitted = {}
+if ARGV[13] ~= '' then
+  admitted = release(KEYS[line], KEYS[line + 1], KEYS[line + 2], KEYS[line + 3], ARGV[3],
+    ARGV[13], ARGV[14], ARGV[15], ARGV[16])
+end
+return {1, marks[2], full and 1 or 0, admitted}
 """
 )
 
@@ -226,6 +235,21 @@ class RunStore:
         by EventLog) to its log, in one script; with `lease_ms`, the lease is renewed for that
         long as well, and a model call's `charge` is written first, fenced off or not.
         Returns who asked to cancel it, if anyone."""
+        return self.save_releasing(run, lease_token, events, lease_ms, charge)[0]
+
+    def save_releasing(
+        self,
+        run: Run,
+        lease_token: str = "",
+        events: Sequence[str] = (),
+        lease_ms: int = 0,
+        charge: Charge | None = None,
+        release: Release | None = None,
+    ) -> tuple[str | None, list[str]]:
+        """`save`, and with `release`, the run's place in flight given back once it is
+        saved (it ended, or waits for people): who asked to cancel it, if anyone, and the
+        runs admitted from its person's line in its place (each marked due), to queue."""
+        assert release is None or release.run_id == run.id  # the script gives back `run`'s
         run.updated_at = time.time()
         others = [self.keys.status(s) for s in RunStatus if s != run.status]
         # Every run expires `retention` after it reached its status, finished or not: a run
@@ -242,6 +266,7 @@ class RunStore:
                 self.keys.untold(run.id),
                 *others,
                 *(charge.keys if charge is not None else ()),
+                *(release.keys if release is not None else ()),
             ],
             args=[
                 lease_token,
@@ -255,6 +280,7 @@ class RunStore:
                 UNTOLD_SECONDS if run.status.terminal else 0,
                 len(others),
                 *((charge.cost, charge.ends) if charge is not None else ("", "")),
+                *(release.args()[1:] if release is not None else ("", "", "", "")),
                 *events,
             ],
         )
@@ -263,7 +289,7 @@ class RunStore:
         if saved[2]:
             said_full(run.id)
         cancelled_by = saved[1]
-        return cancelled_by.decode() if cancelled_by else None
+        return (cancelled_by.decode() if cancelled_by else None), admitted(saved[3])
 
     def claim_untold(self, run_id: str, token: str, hold_seconds: float) -> Untold:
         """Whether the run, saved as ended, may not have been said to have ended yet, and if
