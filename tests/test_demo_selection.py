@@ -15,6 +15,7 @@ from tools.registry import registry
 from worker import service
 from worker.library import Selector, TaskLibrary
 from worker.library.actions import ACTIONS, action_words, asks_for
+from worker.run import EndReason
 
 SEATS = "How much would 3 seats of SQL Basics cost for my team?"
 READ_TICKETS = "Are there any open tickets about the VPN?"
@@ -141,3 +142,30 @@ def test_demos_check_reads_the_questions_of_an_eval_cases_file(cli_env, capsys):
     cases = Path(__file__).resolve().parent.parent / "eval" / "cases.yaml"
     assert main(["demos", "check", "--questions", str(cases)]) == 0
     assert "50 questions:" in capsys.readouterr().out
+
+
+def test_the_demonstrations_shown_are_counted_by_the_script_that_starts_the_call(
+    redis_conn, model_server, tickets_db
+):
+    """issue 28: a run's demonstrations are counted in the task library's usage (what
+    `switchboard demos list` shows) once, by the script that starts the call that shows
+    them, in its round trip; a call the person's day does not let start shows none and
+    counts none."""
+    from worker.limits import Limits
+
+    question = "Any open VPN tickets?"
+    model_server.route(question, ["I will look.", "Still looking."])
+    rt = make_runtime(redis_conn, model_server.url)
+    rt.demos = Selector(TaskLibrary(redis_conn), k=2)
+    library = rt.demos.library
+    run = service.submit(rt, question, ALICE)
+    work(rt)
+    assert rt.store.load(run.id).demos == ["find-tickets"]
+    assert library.usage() == {"find-tickets": 1}
+    # the day's spend already at the cap: the call never starts, nothing is shown or counted
+    rt.limits.limits = Limits(cost_per_day=0.01)
+    capped = service.submit(rt, question, ALICE)
+    redis_conn.set(rt.limits._call_keys(ALICE.user_id)[0], "1.0")  # reached since it was asked
+    work(rt)
+    assert rt.store.load(capped.id).reason == EndReason.COST
+    assert library.usage() == {"find-tickets": 1}

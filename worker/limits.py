@@ -144,9 +144,11 @@ class Release(NamedTuple):
 
 
 # KEYS: the day's spend, the calls in flight (hash: run id -> "started|estimate"), the
-# day's largest call, the run's event log (when there are events).  ARGV: cap (0: none), run
-# id, now, stale cutoff, the most events the log keeps, the log's time to live should these
-# events begin it (0: none), then events to append when the call may start.
+# day's largest call, the run's event log (when there are events), the task library's usage
+# counts (when demonstrations are counted).  ARGV: cap (0: none), run id, now, stale cutoff,
+# the most events the log keeps, the log's time to live should these events begin it (0:
+# none), how many demonstrations the call shows for the first time, their ids, then events
+# to append when the call may start. The demonstrations are counted as shown when it may.
 # 0: the cap is reached, or the calls already in flight are expected to reach it (this one
 # would pass it); nothing is written then. Else the call may start, its events are in the log,
 # and the answer adds: 2 when the log was full and its newest events were dropped; 4 when the
@@ -186,7 +188,9 @@ if cap > 0 then
     answer = answer + 4
   end
 end
-if #ARGV > 6 and append(KEYS[4], 7, tonumber(ARGV[6]), tonumber(ARGV[5])) then
+local shown = tonumber(ARGV[7])
+for i = 8, 7 + shown do redis.call('HINCRBY', KEYS[5], ARGV[i], 1) end
+if #ARGV > 7 + shown and append(KEYS[4], 8 + shown, tonumber(ARGV[6]), tonumber(ARGV[5])) then
   answer = answer + 2
 end
 return answer
@@ -260,6 +264,7 @@ class PersonLimits:
         log_key: str = "",
         events: Sequence[str] = (),
         log_ttl: int = 0,
+        shown: tuple[str, Sequence[str]] = ("", ()),
     ) -> CallStart:
         """Just before a model call of `run_id`: whether it may go ahead (with a cap, it is
         then held as in flight, at the cost of the person's largest call today when that is
@@ -270,17 +275,25 @@ class PersonLimits:
 
         `events` (encoded by EventLog) go to the run's log at `log_key` when the call may
         start, in the same script, cap or no cap: the call is on record as started as it is
-        reserved, in one round trip. `log_ttl`: the log's time to live if they begin it."""
+        reserved, in one round trip. `log_ttl`: the log's time to live if they begin it.
+        `shown`: the task library's usage counts (their key) and the demonstrations the call
+        shows for the first time, counted in the same script when it may start (with
+        `events`, which say they were selected)."""
+        counts_key, demos = shown
+        if demos and not events:  # the counts go with the events that say they were selected
+            raise ValueError("demonstrations are counted with the call's events")
         per_day = self.limits.cost_per_day  # read once: a policy reload may change it
         if not per_day and not events:
             return CallStart(None, reserved=False)
         now = time.time()
         stale = now - self.stale  # a worker that died mid-call stops holding its place
         keys = self._call_keys(user_id)
-        args = [per_day, run_id, now, stale, MAX_EVENTS_PER_RUN, log_ttl]
+        args = [per_day, run_id, now, stale, MAX_EVENTS_PER_RUN, log_ttl, len(demos), *demos]
         if events:
             keys.append(log_key)
             args += events
+        if demos:
+            keys.append(counts_key)
         started = int(self._begin_call(keys=keys, args=args))
         if started:
             if started & 2:

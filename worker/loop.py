@@ -168,7 +168,7 @@ def check_roles(rt: Runtime, run: Run) -> Finish | None:
 def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
     model = rt.require_model(profiles.model_name(run))
     allowed = set(profiles.offered_tools(rt, run))
-    demos = select_demos(rt, run, allowed)
+    demos, shown = select_demos(rt, run, allowed)
     specs = ToolSpecs(tool for tool in rt.registry if tool.name in allowed)
     remaining = run.budgets.deadline_seconds - clock.total()
     timeout = max(1.0, min(rt.settings.model_timeout, remaining))
@@ -187,7 +187,7 @@ def call_model(rt: Runtime, run: Run, clock: Clock) -> Step:
         max_tokens=max_tokens,
         attempts=model.attempts,
     )
-    over = watch.begin()  # the person's day, all runs; the call on record as started
+    over = watch.begin(shown)  # the person's day, all runs; the call on record as started
     if over is not None:
         return Finish(RunStatus.PARTIAL, EndReason.COST, "stopped: " + over)
     try:
@@ -259,17 +259,21 @@ def _readable(offered: str) -> str:
     return json.dumps(json.loads(offered), ensure_ascii=False)
 
 
-def select_demos(rt: Runtime, run: Run, allowed: set[str]) -> list[Demonstration]:
-    """Chosen once, at the run's first model call; later steps show the same ones."""
+def select_demos(
+    rt: Runtime, run: Run, allowed: set[str]
+) -> tuple[list[Demonstration], tuple[str, list[str]]]:
+    """Chosen once, at the run's first model call; later steps show the same ones. With the
+    ones chosen now, the task library's usage counts (their key) and their ids: counted as
+    shown by the script that starts the call (`StepWatch.begin`), in its round trip."""
     selector = profiles.demos_for(rt, run)
     if selector is None:
-        return []
+        return [], ("", [])
     if run.usage.steps == 0 and not run.demos:
-        selection = selector.choose(run.question, allowed)
+        selection = selector.choose(run.question, allowed, record=False)
         run.demos = [d.id for d in selection.demos]
         rt.events.append(run.id, EventKind.DEMOS_SELECTED, demos=run.demos, **selection.record())
-        return selection.demos
-    return selector.lookup(run.demos)
+        return selection.demos, (selector.library.keys.demos_usage, run.demos)
+    return selector.lookup(run.demos), ("", [])
 
 
 def record_usage(rt: Runtime, run: Run, turn: ModelTurn, watch: StepWatch) -> None:

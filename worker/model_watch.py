@@ -47,11 +47,12 @@ class StepWatch:
         self.reserved = False  # started under the person's daily cap: charged by `end`
         self.held = False  # a place in flight against the person's day, until `end`
 
-    def begin(self) -> str | None:
+    def begin(self, shown: tuple[str, list[str]] = ("", [])) -> str | None:
         """Reserve the call against the person's day (worker/limits.py) and record its first
-        attempt as started, with the events the step held (the demonstrations it selected),
-        in one write. The day's spend in words when the call may not start; the held events
-        stay held then (or when the write fails), for the run's next save."""
+        attempt as started, with the events the step held (the demonstrations it selected,
+        `shown` counted in the task library's usage: their key and ids), in one write. The
+        day's spend in words when the call may not start; the held events stay held then (or
+        when the write fails), for the run's next save, and nothing is counted."""
         rt, run = self.rt, self.run
         held = rt.events.take(run.id)
         started = rt.events.encode(EventKind.MODEL_CALL_STARTED, **self._started(1))
@@ -59,7 +60,12 @@ class StepWatch:
         try:
             log_key = rt.events.keys.events(run.id)
             call = rt.limits.begin_call(
-                run.requester.user_id, run.id, log_key, [*held, started], rt.events.retention
+                run.requester.user_id,
+                run.id,
+                log_key,
+                [*held, started],
+                rt.events.retention,
+                shown,
             )
             written, self.reserved, self.held = call.over is None, call.reserved, call.held
         finally:
