@@ -627,14 +627,14 @@ def test_the_save_that_ends_a_run_gives_its_place_back_in_its_round_trip(redis_c
     run.status = RunStatus.COMPLETED
     redis_conn.set(store.keys.lease(run.id), "another-worker")
     with pytest.raises(LeaseLost):
-        store.save_releasing(run, "this-worker", release=limits.releasing("U1", run.id, "d"))
+        store.save(run, "this-worker", release=limits.releasing("U1", run.id, "d"))
     assert redis_conn.zrange(active, 0, -1) == [run.id.encode()]
     assert redis_conn.lrange(waiting, 0, -1) == [b"r-waits"]
     redis_conn.delete(store.keys.lease(run.id))
     store.save(run)  # the script loaded
     redis_conn.config_resetstat()
     release = limits.releasing("U1", run.id, store.keys.due)
-    assert store.save_releasing(run, release=release) == (None, ["r-waits"])
+    assert store.save(run, release=release) == (None, ["r-waits"])
     assert commands_run(redis_conn)["evalsha"] == 1
     assert redis_conn.zrange(active, 0, -1) == [b"r-waits"]
     assert redis_conn.llen(waiting) == 0

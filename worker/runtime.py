@@ -142,7 +142,7 @@ class Runtime:
         charge = self.limits.take_charge(run.id)
         events = self.events.take(run.id)
         try:
-            return self.store.save_releasing(run, lease_token, events, term, charge, release)
+            return self.store.save(run, lease_token, events, term, charge, release)
         except redis.RedisError as exc:
             if not_run(exc):  # the charge is written later: by the next save, or `settle`
                 self.limits.put_back(run.id, charge)

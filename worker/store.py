@@ -230,25 +230,14 @@ class RunStore:
         events: Sequence[str] = (),
         lease_ms: int = 0,
         charge: Charge | None = None,
-    ) -> str | None:
-        """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
-        by EventLog) to its log, in one script; with `lease_ms`, the lease is renewed for that
-        long as well, and a model call's `charge` is written first, fenced off or not.
-        Returns who asked to cancel it, if anyone."""
-        return self.save_releasing(run, lease_token, events, lease_ms, charge)[0]
-
-    def save_releasing(
-        self,
-        run: Run,
-        lease_token: str = "",
-        events: Sequence[str] = (),
-        lease_ms: int = 0,
-        charge: Charge | None = None,
         release: Release | None = None,
     ) -> tuple[str | None, list[str]]:
-        """`save`, and with `release`, the run's place in flight given back once it is
-        saved (it ended, or waits for people): who asked to cancel it, if anyone, and the
-        runs admitted from its person's line in its place (each marked due), to queue."""
+        """Write the run (fenced by `lease_token`, unless empty) and append `events` (encoded
+        by EventLog) to its log, in one script; with `lease_ms`, the lease is renewed for that
+        long as well, a model call's `charge` is written first, fenced off or not, and with
+        `release` the run's place in flight is given back once it is saved (it ended, or
+        waits for people). Returns who asked to cancel it, if anyone, and the runs admitted
+        from its person's line in its place (each marked due), to queue."""
         assert release is None or release.run_id == run.id  # the script gives back `run`'s
         run.updated_at = time.time()
         others = [self.keys.status(s) for s in RunStatus if s != run.status]
